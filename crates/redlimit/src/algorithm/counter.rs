@@ -1,0 +1,72 @@
+//! Sliding window counter: `prev × (window − elapsed) / window + curr`, kept scaled by the window
+//! so every comparison is between integers.
+
+use super::{Denial, Plan, State, Update, View, Write};
+use crate::Policy;
+
+pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) -> Plan {
+    let (limit, window) = (policy.limit(), policy.window_ms());
+    let index = now / window;
+    let elapsed = now - index * window;
+    let (prev, curr) = match state {
+        Some(&State::Counter {
+            window: w,
+            prev,
+            curr,
+        }) if w == index => (prev, curr),
+        Some(&State::Counter {
+            window: w, curr, ..
+        }) if w + 1 == index => (curr, 0),
+        _ => (0, 0),
+    };
+    let capacity = limit * window;
+    let estimate = |curr: u64| prev * (window - elapsed) + curr * window;
+    let view = |curr: u64| View {
+        remaining: capacity.saturating_sub(estimate(curr)) / window,
+        // The current count weighs on through the next window; the previous one until this
+        // window ends.
+        reset_ms: if curr > 0 {
+            2 * window - elapsed
+        } else if prev > 0 {
+            window - elapsed
+        } else {
+            0
+        },
+    };
+    let before = view(curr);
+    if cost > limit {
+        return Plan::denied(before, Denial::Never);
+    }
+    if estimate(curr) + cost * window > capacity {
+        return Plan::denied(
+            before,
+            Denial::RetryAfterMs(retry_ms(limit, window, elapsed, prev, curr, cost)),
+        );
+    }
+    let curr = curr + cost;
+    let write = Write {
+        update: Update::Replace(State::Counter {
+            window: index,
+            prev,
+            curr,
+        }),
+        ttl_ms: 2 * window - elapsed,
+    };
+    Plan::admitted(before, view(curr), write, cost)
+}
+
+/// The earliest wait after which `cost` fits; requires `cost <= limit` and a denial now.
+fn retry_ms(limit: u64, window: u64, elapsed: u64, prev: u64, curr: u64, cost: u64) -> u64 {
+    // Later in this window, once `prev × (window − e) ≤ (limit − curr − cost) × window`.
+    if let Some(room) = limit.checked_sub(curr + cost) {
+        let fits = room * window / prev.max(1);
+        if prev > 0 && fits >= 1 {
+            return window - fits - elapsed;
+        }
+    }
+    // Otherwise in the next window, where `curr` becomes the previous count.
+    let next = ((limit - cost) * window)
+        .checked_div(curr)
+        .map_or(0, |fits| window.saturating_sub(fits));
+    window - elapsed + next
+}

@@ -1,0 +1,215 @@
+//! In-process backend: the same algorithms and integer arithmetic as the scripts, in bounded
+//! memory.
+
+use std::{
+    collections::{HashMap, hash_map::DefaultHasher},
+    hash::{Hash, Hasher},
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use crate::{
+    ConfigError, Policy,
+    algorithm::{self, Plan, State},
+};
+
+use super::script::Answer;
+
+const SHARDS: usize = 16;
+
+/// In-process backend: state in this process only, for a single instance, for tests, and as the
+/// fallback when Redis fails.
+///
+/// Decisions are identical to the Redis backend's for the same times and costs. Memory is
+/// bounded: state is dropped when its time to live ends (checked on access and swept when a
+/// shard fills), and at most [`max_keys`](MemoryBackendBuilder::max_keys) keys are tracked.
+///
+/// **Eviction rule.** When a new key arrives at a full shard, expired keys are dropped first;
+/// if none has expired, the key whose state expires soonest is dropped. An evicted key restarts
+/// with a full quota, so eviction can only make the limiter more lenient for that key, never
+/// deny a request it would have allowed.
+///
+/// ```
+/// use redlimit::{Limiter, MemoryBackend};
+///
+/// let limiter = Limiter::new(MemoryBackend::builder().max_keys(50_000).build()?);
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryBackend {
+    shards: Arc<[Mutex<Shard>]>,
+}
+
+#[derive(Debug)]
+struct Shard {
+    entries: HashMap<String, Entry>,
+    capacity: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    state: Option<State>,
+    expires_at_us: u64,
+}
+
+impl Default for MemoryBackend {
+    /// Tracks at most 100,000 keys.
+    fn default() -> Self {
+        Self::with_capacity(100_000)
+    }
+}
+
+impl MemoryBackend {
+    /// Starts a memory backend.
+    pub fn builder() -> MemoryBackendBuilder {
+        MemoryBackendBuilder { max_keys: 100_000 }
+    }
+
+    fn with_capacity(max_keys: usize) -> Self {
+        let per_shard = max_keys.div_ceil(SHARDS);
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard {
+                    entries: HashMap::new(),
+                    capacity: per_shard,
+                })
+            })
+            .collect();
+        Self { shards }
+    }
+
+    /// How many keys hold state now (including expired ones not yet swept).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entries
+                    .len()
+            })
+            .sum()
+    }
+
+    /// Whether no key holds state.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks all `policies` for one client atomically: the client's keys share a shard, whose
+    /// lock is held for the whole check.
+    pub(crate) fn check(
+        &self,
+        client: &str,
+        policies: &[Policy],
+        keys: &[String],
+        cost: u64,
+        now_us: u64,
+    ) -> Vec<Answer> {
+        let mut hasher = DefaultHasher::new();
+        client.hash(&mut hasher);
+        let shard = usize::try_from(hasher.finish() % SHARDS as u64).unwrap_or(0);
+        let mut shard = self.shards[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let plans: Vec<Plan> = policies
+            .iter()
+            .zip(keys)
+            .map(|(policy, key)| {
+                let state = shard.live(key, now_us);
+                algorithm::plan(policy, state, now_us, cost)
+            })
+            .collect();
+        let admitted = plans.iter().all(|plan| plan.outcome.is_ok());
+        plans
+            .into_iter()
+            .zip(keys)
+            .map(|(plan, key)| match plan.outcome {
+                Err(denial) => Answer {
+                    view: plan.before,
+                    denial: Some(denial),
+                },
+                Ok(_) if !admitted => Answer {
+                    view: plan.before,
+                    denial: None,
+                },
+                Ok((after, write)) => {
+                    if let Some(write) = write {
+                        let expires_at_us = now_us + write.ttl_ms * 1000;
+                        shard.write(key, write.update, expires_at_us, now_us);
+                    }
+                    Answer {
+                        view: after,
+                        denial: None,
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+impl Shard {
+    /// The key's state unless it has expired.
+    fn live(&self, key: &str, now_us: u64) -> Option<&State> {
+        self.entries
+            .get(key)
+            .filter(|entry| entry.expires_at_us > now_us)
+            .and_then(|entry| entry.state.as_ref())
+    }
+
+    fn write(&mut self, key: &str, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
+        if !self.entries.contains_key(key) && self.entries.len() >= self.capacity {
+            self.make_room(now_us);
+        }
+        let entry = self.entries.entry(key.to_owned()).or_insert(Entry {
+            state: None,
+            expires_at_us,
+        });
+        if entry.expires_at_us <= now_us {
+            entry.state = None;
+        }
+        algorithm::apply(&mut entry.state, update);
+        entry.expires_at_us = expires_at_us;
+    }
+
+    fn make_room(&mut self, now_us: u64) {
+        self.entries.retain(|_, entry| entry.expires_at_us > now_us);
+        if self.entries.len() < self.capacity {
+            return;
+        }
+        let soonest = self
+            .entries
+            .iter()
+            .min_by_key(|(_, entry)| entry.expires_at_us)
+            .map(|(key, _)| key.clone());
+        if let Some(key) = soonest {
+            self.entries.remove(&key);
+        }
+    }
+}
+
+/// Builds a [`MemoryBackend`]; see [`MemoryBackend::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct MemoryBackendBuilder {
+    max_keys: usize,
+}
+
+impl MemoryBackendBuilder {
+    /// The most keys tracked at once. Defaults to 100,000. Keys are spread over 16 shards by
+    /// client, each holding a sixteenth of this.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Builds the backend.
+    ///
+    /// # Errors
+    /// [`ConfigError::Zero`] when `max_keys` is zero.
+    pub fn build(self) -> Result<MemoryBackend, ConfigError> {
+        if self.max_keys == 0 {
+            return Err(ConfigError::Zero { field: "max_keys" });
+        }
+        Ok(MemoryBackend::with_capacity(self.max_keys))
+    }
+}

@@ -1,0 +1,68 @@
+use std::time::Duration;
+
+/// The answer to one check of one policy.
+///
+/// For a check of several policies together, each policy gets its own `Decision` and the request
+/// passes only if every one of them is `allowed`; see [`Limiter::check_all`](crate::Limiter::check_all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// Whether this policy admits the request.
+    pub allowed: bool,
+    /// The policy's limit (requests of cost 1 per window).
+    pub limit: u64,
+    /// How many more requests of cost 1 would be admitted right now, after this one.
+    pub remaining: u64,
+    /// How long until the client's whole quota is available again if it sends nothing more;
+    /// zero when it already is. Whole milliseconds.
+    pub reset_after: Duration,
+    /// Set only when denied: how long until a request of the same cost could pass, or
+    /// [`RetryAfter::Never`] when the cost is larger than the policy ever grants.
+    pub retry_after: Option<RetryAfter>,
+    /// The policy's name.
+    pub policy: String,
+    /// Which path decided.
+    pub reason: Reason,
+}
+
+/// When a denied request could be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryAfter {
+    /// After this long (whole milliseconds, rounded up).
+    After(Duration),
+    /// Never: the cost exceeds the policy's capacity.
+    Never,
+}
+
+/// Which path produced a [`Decision`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// Decided by a script on Redis.
+    Redis,
+    /// Decided by the in-process memory backend, configured as the backend.
+    Memory,
+    /// Denied locally, without a Redis command, because the key is known to be blocked.
+    LocalBlock,
+    /// Allowed because the backend failed and the failure policy is to fail open.
+    FailOpen,
+    /// Denied because the backend failed and the failure policy is to fail closed.
+    FailClosed,
+    /// Decided by the local in-memory limiter standing in for a failed backend.
+    Fallback,
+}
+
+impl Reason {
+    /// A short lower-case name, for logs and metrics labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Redis => "redis",
+            Self::Memory => "memory",
+            Self::LocalBlock => "local_block",
+            Self::FailOpen => "fail_open",
+            Self::FailClosed => "fail_closed",
+            Self::Fallback => "fallback",
+        }
+    }
+}

@@ -1,0 +1,85 @@
+use std::{error::Error as StdError, fmt};
+
+/// What went wrong in a check. See [`Error::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The check did not finish within its time budget.
+    Timeout,
+    /// The backend could not be reached or answered with an error.
+    Backend,
+    /// A limiter key holds a value the algorithm cannot read (not an integer, or the wrong type).
+    /// The request is never reported as allowed because of it.
+    CorruptState,
+    /// The call itself was wrong: no policy, or the same policy twice.
+    InvalidInput,
+}
+
+/// A failed check. Opaque: ask [`kind`](Error::kind) or the `is_*` predicates.
+///
+/// A failed check is not a decision; the tower layer turns it into one through its failure
+/// policy (fail open, fail closed, or a local fallback).
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync>>,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The check ran out of its time budget.
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    /// The backend was unreachable or failed.
+    pub fn is_backend(&self) -> bool {
+        self.kind == ErrorKind::Backend
+    }
+
+    /// A limiter key held corrupt state.
+    pub fn is_corrupt_state(&self) -> bool {
+        self.kind == ErrorKind::CorruptState
+    }
+
+    /// The call's arguments were wrong.
+    pub fn is_invalid_input(&self) -> bool {
+        self.kind == ErrorKind::InvalidInput
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}

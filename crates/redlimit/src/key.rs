@@ -1,0 +1,155 @@
+use std::fmt::Write as _;
+
+use crate::{ConfigError, Policy, config_error::validate_name};
+
+/// Escaped client keys longer than this are replaced by a hash, so no client can blow up key size.
+const MAX_KEY_LEN: usize = 128;
+
+/// Turns (prefix, policy, client key) into Redis key names:
+/// `prefix:policy:{client}:algorithm:numbers`.
+///
+/// The client key sits alone inside the hash tag, so every key of one client (and every policy
+/// checked together for it) lands in one Redis Cluster slot. Client text never reaches Redis raw:
+/// bytes outside `A-Z a-z 0-9 . _ - : @ / + =` are percent-escaped (so `{`, `}`, spaces and
+/// control bytes cannot steer the hash tag or another client's counter), and an escaped key longer
+/// than 128 bytes becomes `#` and its SHA-1. The policy's numbers are part of the name, so
+/// changing them never misreads old state.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, KeyScheme, Policy};
+///
+/// let scheme = KeyScheme::new("myapp")?;
+/// let policy = Policy::builder("api", Algorithm::FixedWindow)
+///     .limit(100)
+///     .window(Duration::from_secs(60))
+///     .build()?;
+/// assert_eq!(scheme.key(&policy, "10.0.0.1"), "myapp:api:{10.0.0.1}:fw:60000:100");
+/// assert_eq!(scheme.key(&policy, "a}b c"), "myapp:api:{a%7Db%20c}:fw:60000:100");
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyScheme {
+    prefix: String,
+}
+
+impl Default for KeyScheme {
+    /// The prefix `redlimit`.
+    fn default() -> Self {
+        Self {
+            prefix: "redlimit".to_owned(),
+        }
+    }
+}
+
+impl KeyScheme {
+    /// A scheme whose keys start with `prefix` (1 to 64 of `A-Z a-z 0-9 _ - .`).
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidName`] for any other prefix.
+    pub fn new(prefix: impl Into<String>) -> Result<Self, ConfigError> {
+        let prefix = prefix.into();
+        validate_name("key prefix", &prefix)?;
+        Ok(Self { prefix })
+    }
+
+    /// The Redis key holding `policy`'s state for `client`.
+    pub fn key(&self, policy: &Policy, client: &str) -> String {
+        let mut key = format!("{}:{}:{{", self.prefix, policy.name());
+        push_client(&mut key, client);
+        let _ = write!(
+            key,
+            "}}:{}:{}:{}",
+            policy.algorithm().tag(),
+            policy.window_ms(),
+            policy.limit()
+        );
+        if policy.algorithm().has_burst() {
+            let _ = write!(key, ":{}", policy.burst());
+        }
+        key
+    }
+}
+
+fn push_client(out: &mut String, client: &str) {
+    // An empty hash tag would make Redis hash the whole key; `%` alone is never an escape.
+    if client.is_empty() {
+        out.push('%');
+        return;
+    }
+    let start = out.len();
+    for byte in client.bytes() {
+        if byte.is_ascii_alphanumeric() || b"._-:@/+=".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+        if out.len() - start > MAX_KEY_LEN {
+            out.truncate(start);
+            out.push('#');
+            out.push_str(&sha1_smol::Sha1::from(client).digest().to_string());
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Algorithm;
+
+    fn policy(algorithm: Algorithm) -> Policy {
+        Policy::builder("p", algorithm)
+            .limit(10)
+            .window(Duration::from_secs(1))
+            .build()
+            .expect("valid")
+    }
+
+    #[test]
+    fn client_text_cannot_leave_the_hash_tag() {
+        let scheme = KeyScheme::default();
+        let p = policy(Algorithm::Gcra);
+        assert_eq!(scheme.key(&p, "u1"), "redlimit:p:{u1}:gcra:1000:10:10");
+        assert_eq!(scheme.key(&p, ""), "redlimit:p:{%}:gcra:1000:10:10");
+        assert_eq!(
+            scheme.key(&p, "{x}\r\n%"),
+            "redlimit:p:{%7Bx%7D%0D%0A%25}:gcra:1000:10:10"
+        );
+        // Escaping is injective: `%` itself is escaped.
+        assert_ne!(scheme.key(&p, "%7B"), scheme.key(&p, "{"));
+    }
+
+    #[test]
+    fn long_keys_are_hashed_to_a_bounded_size() {
+        let scheme = KeyScheme::default();
+        let p = policy(Algorithm::FixedWindow);
+        let long = "é".repeat(10_000);
+        let key = scheme.key(&p, &long);
+        assert!(key.len() < 100, "{key}");
+        assert!(key.contains("{#"));
+        assert_ne!(key, scheme.key(&p, &"é".repeat(10_001)));
+        let fits = "a".repeat(MAX_KEY_LEN);
+        assert!(scheme.key(&p, &fits).contains(&fits));
+    }
+
+    #[test]
+    fn numbers_are_part_of_the_key() {
+        let scheme = KeyScheme::default();
+        let a = policy(Algorithm::FixedWindow);
+        let b = Policy::builder("p", Algorithm::FixedWindow)
+            .limit(10)
+            .window(Duration::from_secs(2))
+            .build()
+            .expect("valid");
+        assert_ne!(scheme.key(&a, "c"), scheme.key(&b, "c"));
+    }
+
+    #[test]
+    fn prefix_is_validated() {
+        assert!(KeyScheme::new("a{b").is_err());
+        assert!(KeyScheme::new("ok.prefix-1").is_ok());
+    }
+}

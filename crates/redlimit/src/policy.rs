@@ -1,0 +1,390 @@
+use std::{fmt, str::FromStr, sync::Arc, time::Duration};
+
+use crate::config_error::{ConfigError, validate_name};
+
+/// Largest integer every script computes with: Lua numbers are doubles, exact up to 2^53.
+pub(crate) const MAX_EXACT: u64 = 1 << 53;
+/// GCRA keeps `burst × emission interval` in microseconds beside the current time; 2^50 µs is
+/// about 35 years, which leaves room for the clock without leaving the exact range.
+const MAX_GCRA_TOLERANCE_US: u64 = 1 << 50;
+/// The sliding log stores one sorted-set member per admitted request.
+const MAX_LOG_LIMIT: u64 = 1_000_000;
+
+/// How a [`Policy`] counts. The semantics of each are exact and documented in `DESIGN.md`.
+///
+/// The names (`fixed_window`, `gcra`, …) are what [`FromStr`] accepts and [`Algorithm::name`]
+/// returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Counts in calendar-aligned windows (`floor(now / window)`). Up to twice the limit can pass
+    /// across a window boundary.
+    FixedWindow,
+    /// Counts in a window that starts at the client's first request.
+    FixedWindowAnchored,
+    /// Remembers each admitted request: never more than `limit` in any span of `window`.
+    SlidingWindowLog,
+    /// Weighted estimate `previous × (1 − elapsed / window) + current`, in constant memory.
+    SlidingWindowCounter,
+    /// `limit` tokens per `window`, a bucket of `burst` tokens.
+    TokenBucket,
+    /// Generic cell rate algorithm: `limit` per `window` spaced evenly, `burst` at once.
+    Gcra,
+}
+
+impl Algorithm {
+    /// Every algorithm, in a stable order.
+    pub const ALL: [Self; 6] = [
+        Self::FixedWindow,
+        Self::FixedWindowAnchored,
+        Self::SlidingWindowLog,
+        Self::SlidingWindowCounter,
+        Self::TokenBucket,
+        Self::Gcra,
+    ];
+
+    /// The algorithm's configuration name, such as `sliding_window_log`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::FixedWindow => "fixed_window",
+            Self::FixedWindowAnchored => "fixed_window_anchored",
+            Self::SlidingWindowLog => "sliding_window_log",
+            Self::SlidingWindowCounter => "sliding_window_counter",
+            Self::TokenBucket => "token_bucket",
+            Self::Gcra => "gcra",
+        }
+    }
+
+    /// Whether the algorithm takes a `burst` separate from its `limit`.
+    pub const fn has_burst(self) -> bool {
+        matches!(self, Self::TokenBucket | Self::Gcra)
+    }
+
+    /// The short tag used in Redis key names and as the script's algorithm code.
+    pub(crate) const fn tag(self) -> &'static str {
+        match self {
+            Self::FixedWindow => "fw",
+            Self::FixedWindowAnchored => "fwa",
+            Self::SlidingWindowLog => "swl",
+            Self::SlidingWindowCounter => "swc",
+            Self::TokenBucket => "tb",
+            Self::Gcra => "gcra",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| ConfigError::UnknownValue {
+                field: "algorithm",
+                value: s.to_owned(),
+            })
+    }
+}
+
+/// A named limit: an algorithm and its numbers, validated when built.
+///
+/// Cheap to clone. The name appears in Redis keys and in the `RateLimit-Policy` header; changing
+/// any number changes the policy's keys, so old state is never read with new meaning.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, Policy};
+///
+/// // 5 login attempts a minute, all 5 may come at once, then one every 12 s.
+/// let login = Policy::builder("login", Algorithm::Gcra)
+///     .limit(5)
+///     .window(Duration::from_secs(60))
+///     .build()?;
+/// assert_eq!(login.burst(), 5);
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    inner: Arc<PolicyInner>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct PolicyInner {
+    name: String,
+    algorithm: Algorithm,
+    limit: u64,
+    window_ms: u64,
+    burst: u64,
+}
+
+impl Policy {
+    /// Starts a policy named `name` (1 to 64 of `A-Z a-z 0-9 _ - .`) using `algorithm`.
+    pub fn builder(name: impl Into<String>, algorithm: Algorithm) -> PolicyBuilder {
+        PolicyBuilder {
+            name: name.into(),
+            algorithm,
+            limit: None,
+            window: None,
+            burst: None,
+        }
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.inner.algorithm
+    }
+
+    /// How many requests (of cost 1) a client may make per window.
+    pub fn limit(&self) -> u64 {
+        self.inner.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_millis(self.inner.window_ms)
+    }
+
+    /// How many requests a fresh client may make at once: `burst` for token bucket and GCRA,
+    /// `limit` for the others.
+    pub fn burst(&self) -> u64 {
+        self.inner.burst
+    }
+
+    /// The largest cost one request can ever be granted. A larger cost is denied for good.
+    pub fn capacity(&self) -> u64 {
+        self.inner.burst
+    }
+
+    pub(crate) fn window_ms(&self) -> u64 {
+        self.inner.window_ms
+    }
+
+    /// GCRA's emission interval: the window divided by the limit, rounded up to a microsecond so
+    /// that no more than `limit` pass per window.
+    pub(crate) fn interval_us(&self) -> u64 {
+        (self.inner.window_ms * 1000).div_ceil(self.inner.limit)
+    }
+}
+
+/// Builds a [`Policy`]; see [`Policy::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PolicyBuilder {
+    name: String,
+    algorithm: Algorithm,
+    limit: Option<u64>,
+    window: Option<Duration>,
+    burst: Option<u64>,
+}
+
+impl PolicyBuilder {
+    /// Requests of cost 1 allowed per window. Required.
+    pub fn limit(mut self, limit: u64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The window, a whole number of milliseconds. Required.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// For token bucket and GCRA: how many requests a fresh client may make at once.
+    /// Defaults to `limit`. Setting it for another algorithm is a [`ConfigError`].
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Validates the numbers and builds the policy.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the field: a missing or zero limit or window, a window that is not
+    /// whole milliseconds, a burst on an algorithm without one, or numbers so large that the
+    /// integer arithmetic could not stay exact.
+    pub fn build(self) -> Result<Policy, ConfigError> {
+        validate_name("policy name", &self.name)?;
+        let algorithm = self.algorithm;
+        let limit = self.limit.ok_or(ConfigError::Missing { field: "limit" })?;
+        let window = self
+            .window
+            .ok_or(ConfigError::Missing { field: "window" })?;
+        if limit == 0 {
+            return Err(ConfigError::Zero { field: "limit" });
+        }
+        if window.subsec_nanos() % 1_000_000 != 0 {
+            return Err(ConfigError::NotWholeMillis { field: "window" });
+        }
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        if window_ms == 0 {
+            return Err(ConfigError::Zero { field: "window" });
+        }
+        // Microseconds of the window must stay exact (GCRA works in them).
+        let max_window_ms = MAX_EXACT / 1000;
+        if window_ms > max_window_ms {
+            return Err(ConfigError::TooLarge {
+                field: "window",
+                max: max_window_ms,
+            });
+        }
+        let burst = match self.burst {
+            Some(_) if !algorithm.has_burst() => {
+                return Err(ConfigError::NotApplicable {
+                    field: "burst",
+                    algorithm: algorithm.name(),
+                });
+            }
+            Some(0) => return Err(ConfigError::Zero { field: "burst" }),
+            Some(burst) => burst,
+            None => limit,
+        };
+        let max_limit = match algorithm {
+            Algorithm::SlidingWindowLog => MAX_LOG_LIMIT,
+            // Weighted counts and refills are kept as count × window.
+            _ => MAX_EXACT / window_ms,
+        };
+        if limit > max_limit {
+            return Err(ConfigError::TooLarge {
+                field: "limit",
+                max: max_limit,
+            });
+        }
+        let max_burst = match algorithm {
+            Algorithm::TokenBucket => MAX_EXACT / window_ms,
+            Algorithm::Gcra => MAX_GCRA_TOLERANCE_US / (window_ms * 1000).div_ceil(limit),
+            _ => u64::MAX,
+        };
+        if burst > max_burst {
+            return Err(ConfigError::TooLarge {
+                field: "burst",
+                max: max_burst,
+            });
+        }
+        Ok(Policy {
+            inner: Arc::new(PolicyInner {
+                name: self.name,
+                algorithm,
+                limit,
+                window_ms,
+                burst,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(algorithm: Algorithm, limit: u64, window: Duration) -> Result<Policy, ConfigError> {
+        Policy::builder("p", algorithm)
+            .limit(limit)
+            .window(window)
+            .build()
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for a in Algorithm::ALL {
+            assert_eq!(a.name().parse::<Algorithm>(), Ok(a));
+        }
+        assert!(matches!(
+            "leaky".parse::<Algorithm>(),
+            Err(ConfigError::UnknownValue {
+                field: "algorithm",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn rejects_bad_numbers_naming_the_field() {
+        let min = Duration::from_secs(60);
+        let cases = [
+            (build(Algorithm::Gcra, 0, min), "limit must be at least 1"),
+            (
+                build(Algorithm::Gcra, 1, Duration::ZERO),
+                "window must be at least 1",
+            ),
+            (
+                build(Algorithm::Gcra, 1, Duration::from_micros(1500)),
+                "window must be a whole number of milliseconds",
+            ),
+            (
+                build(Algorithm::SlidingWindowLog, 2_000_000, min),
+                "limit is too large (at most 1000000)",
+            ),
+            (
+                build(Algorithm::FixedWindow, u64::MAX, min),
+                "limit is too large (at most 150119987579)",
+            ),
+            (
+                build(Algorithm::TokenBucket, 1, Duration::from_secs(u64::MAX)),
+                "window is too large (at most 9007199254740)",
+            ),
+        ];
+        for (result, message) in cases {
+            assert_eq!(result.map(|_| ()).unwrap_err().to_string(), message);
+        }
+    }
+
+    #[test]
+    fn burst_only_where_it_applies() {
+        let err = Policy::builder("p", Algorithm::FixedWindow)
+            .limit(1)
+            .window(Duration::from_secs(1))
+            .burst(3)
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "burst does not apply to the fixed_window algorithm"
+        );
+        let zero = Policy::builder("p", Algorithm::Gcra)
+            .limit(1)
+            .window(Duration::from_secs(1))
+            .burst(0)
+            .build();
+        assert_eq!(zero, Err(ConfigError::Zero { field: "burst" }));
+        let huge = Policy::builder("p", Algorithm::Gcra)
+            .limit(1)
+            .window(Duration::from_secs(86_400))
+            .burst(u64::MAX)
+            .build();
+        assert!(matches!(
+            huge,
+            Err(ConfigError::TooLarge { field: "burst", .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_names_that_could_break_keys() {
+        for name in ["", "a b", "a{b}", "a:b", &"x".repeat(65)] {
+            let err = Policy::builder(name, Algorithm::Gcra)
+                .limit(1)
+                .window(Duration::from_secs(1))
+                .build()
+                .unwrap_err();
+            assert!(matches!(err, ConfigError::InvalidName { .. }), "{name}");
+        }
+    }
+
+    #[test]
+    fn missing_fields_are_named() {
+        let err = Policy::builder("p", Algorithm::Gcra).limit(1).build();
+        assert_eq!(err, Err(ConfigError::Missing { field: "window" }));
+    }
+}
