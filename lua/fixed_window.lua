@@ -7,7 +7,7 @@ local function fixed_window(aligned)
     local limit, window = p.limit, p.window
     local fresh = now
     if aligned then
-      fresh = now - div(now, window) * window
+      fresh = div(now, window) * window
     end
     local state = fields(key, 's', 'n')
     local start, count = state[1], state[2]

@@ -1,0 +1,40 @@
+//! Atomicity under concurrency: many processes' worth of limiters on one key.
+
+use redlimit::{Algorithm, Limiter};
+use redlimit_tests::RedisServer;
+
+use crate::support::{T0, at_ms, policy};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_limiters_of_sixty_four_tasks_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    for algorithm in Algorithm::ALL {
+        let burst = algorithm.has_burst().then_some(100);
+        let p = policy(algorithm, 100, 3_600_000, burst);
+        // Separate backends: separate pools and connections, like separate app servers.
+        let limiters: Vec<Limiter> = (0..4).map(|_| server.limiter()).collect();
+        let mut tasks = Vec::new();
+        for limiter in &limiters {
+            for _ in 0..64 {
+                let (limiter, p) = (limiter.clone(), p.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut admitted = 0_u64;
+                    for _ in 0..3 {
+                        // One explicit instant: nothing refills and no window ends mid-test.
+                        let d = limiter
+                            .check_at(std::slice::from_ref(&p), "hot", 1, at_ms(T0))
+                            .await
+                            .expect("check");
+                        admitted += u64::from(d[0].allowed);
+                    }
+                    admitted
+                }));
+            }
+        }
+        let mut total = 0;
+        for task in tasks {
+            total += task.await.expect("task");
+        }
+        assert_eq!(total, 100, "{algorithm}: 768 checks on one key, limit 100");
+    }
+}

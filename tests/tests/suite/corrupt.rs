@@ -1,0 +1,130 @@
+//! Corrupt state is an error, never "allowed".
+
+use deadpool_redis::redis;
+use redlimit::{Algorithm, ErrorKind};
+use redlimit_tests::RedisServer;
+
+use crate::support::{T0, at_ms, policy};
+
+/// Ways to spoil a key, by algorithm: a non-integer value, a missing field, the wrong type.
+fn spoilers(algorithm: Algorithm, key: &str) -> Vec<redis::Cmd> {
+    let mut cmds = match algorithm {
+        Algorithm::FixedWindow | Algorithm::FixedWindowAnchored => vec![
+            redis::cmd("HSET")
+                .arg(key)
+                .arg("s")
+                .arg(T0)
+                .arg("n")
+                .arg("many")
+                .clone(),
+            redis::cmd("HSET")
+                .arg(key)
+                .arg("s")
+                .arg("-1")
+                .arg("n")
+                .arg(1)
+                .clone(),
+            redis::cmd("HSET").arg(key).arg("n").arg(1).clone(),
+        ],
+        Algorithm::SlidingWindowLog => vec![
+            // Far enough ahead that no clock in this test trims it away.
+            redis::cmd("ZADD")
+                .arg(key)
+                .arg("4000000000000.5")
+                .arg("m")
+                .clone(),
+        ],
+        Algorithm::SlidingWindowCounter => vec![
+            redis::cmd("HSET")
+                .arg(key)
+                .arg("w")
+                .arg("x")
+                .arg("p")
+                .arg(0)
+                .arg("c")
+                .arg(1)
+                .clone(),
+            redis::cmd("HSET")
+                .arg(key)
+                .arg("w")
+                .arg(1)
+                .arg("p")
+                .arg(0)
+                .clone(),
+        ],
+        Algorithm::TokenBucket => vec![
+            redis::cmd("HSET")
+                .arg(key)
+                .arg("t")
+                .arg("1e3")
+                .arg("l")
+                .arg(T0)
+                .clone(),
+            redis::cmd("HSET")
+                .arg(key)
+                .arg("t")
+                .arg(5)
+                .arg("l")
+                .arg("12.5")
+                .clone(),
+        ],
+        Algorithm::Gcra => vec![
+            redis::cmd("SET").arg(key).arg("soon").clone(),
+            redis::cmd("SET").arg(key).arg("").clone(),
+            redis::cmd("SET")
+                .arg(key)
+                .arg("99999999999999999999")
+                .clone(),
+        ],
+        _ => unreachable!("every algorithm is listed"),
+    };
+    // The wrong type for each: a list is none of the types redlimit writes.
+    cmds.push(redis::cmd("RPUSH").arg(key).arg(1).clone());
+    cmds.push(if algorithm == Algorithm::Gcra {
+        redis::cmd("HSET").arg(key).arg("tat").arg(1).clone()
+    } else {
+        redis::cmd("SET").arg(key).arg(1).clone()
+    });
+    cmds
+}
+
+#[tokio::test]
+async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let mut connection = server.connection();
+    for algorithm in Algorithm::ALL {
+        let p = policy(algorithm, 10, 60_000, None);
+        let key = limiter.keys().key(&p, "victim");
+        for spoil in spoilers(algorithm, &key) {
+            let _: () = redis::cmd("DEL")
+                .arg(&key)
+                .query(&mut connection)
+                .expect("DEL");
+            let _: redis::Value = spoil.query(&mut connection).expect("spoiling");
+            for cost in [0, 1] {
+                let result = limiter
+                    .check_at(std::slice::from_ref(&p), "victim", cost, at_ms(T0 + 10))
+                    .await;
+                let err = result.expect_err("corrupt state must not decide");
+                assert_eq!(err.kind(), ErrorKind::CorruptState, "{algorithm}: {err}");
+                assert!(err.is_corrupt_state());
+                assert!(
+                    err.to_string().contains(&key),
+                    "the message names the key: {err}"
+                );
+            }
+            // Server time takes the same path.
+            let err = limiter.check(&p, "victim", 1).await.expect_err("corrupt");
+            assert!(err.is_corrupt_state(), "{algorithm}: {err}");
+        }
+        // A corrupt key spoils only its own client.
+        assert!(
+            limiter
+                .check(&p, "bystander", 1)
+                .await
+                .expect("check")
+                .allowed
+        );
+    }
+}

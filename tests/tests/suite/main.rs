@@ -1,0 +1,12 @@
+//! Every test that needs a real redis-server. One binary, so the suite links once.
+
+mod concurrency;
+mod corrupt;
+mod harness;
+mod multi_policy;
+mod parity;
+mod pitfalls;
+mod round_trips;
+mod support;
+mod timeouts;
+mod vectors;

@@ -1,0 +1,93 @@
+//! Several policies checked together: one round trip, all-or-nothing.
+
+use redlimit::{Algorithm, ErrorKind, Reason};
+use redlimit_tests::RedisServer;
+
+use crate::support::{T0, at_ms, both_backends, policy};
+
+#[tokio::test]
+async fn first_exhausted_policy_denies_and_nothing_is_consumed() {
+    let server = RedisServer::start();
+    // 2 per second and 5 per minute on the same client.
+    let per_second = policy(Algorithm::FixedWindow, 2, 1_000, None);
+    let per_minute = policy(Algorithm::SlidingWindowLog, 5, 60_000, None);
+    let both = [per_second, per_minute];
+    for (backend, limiter) in both_backends(&server) {
+        let check = |t: u64, cost: u64| {
+            let limiter = limiter.clone();
+            let both = both.clone();
+            async move {
+                limiter
+                    .check_at(&both, "client", cost, at_ms(T0 + t))
+                    .await
+                    .expect("check")
+            }
+        };
+        let d = check(0, 2).await;
+        assert!(d.iter().all(|d| d.allowed), "{backend}: {d:?}");
+        assert_eq!((d[0].remaining, d[1].remaining), (0, 3), "{backend}");
+
+        // The per-second policy denies; the per-minute one would admit but must not consume.
+        let d = check(500, 1).await;
+        assert!(!d[0].allowed && d[1].allowed, "{backend}: {d:?}");
+        assert_eq!((d[0].remaining, d[1].remaining), (0, 3), "{backend}");
+        let d = check(600, 1).await;
+        assert_eq!(
+            d[1].remaining, 3,
+            "{backend}: denied checks consumed nothing"
+        );
+
+        // A new second: both admit, and both consume.
+        let d = check(1_000, 2).await;
+        assert!(d.iter().all(|d| d.allowed), "{backend}: {d:?}");
+        assert_eq!((d[0].remaining, d[1].remaining), (0, 1), "{backend}");
+
+        // Now the per-minute policy is the one that denies; the per-second one keeps its quota.
+        let d = check(2_000, 2).await;
+        assert!(d[0].allowed && !d[1].allowed, "{backend}: {d:?}");
+        let d = check(2_000, 0).await;
+        assert_eq!((d[0].remaining, d[1].remaining), (2, 1), "{backend}");
+        assert!(
+            d.iter()
+                .all(|d| d.reason == Reason::Redis || d.reason == Reason::Memory)
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_calls_are_invalid_input() {
+    let server = RedisServer::start();
+    let p = policy(Algorithm::Gcra, 1, 1_000, None);
+    for (backend, limiter) in both_backends(&server) {
+        let none = limiter.check_all(&[], "c", 1).await.expect_err("no policy");
+        assert_eq!(none.kind(), ErrorKind::InvalidInput, "{backend}");
+        let twice = limiter
+            .check_all(&[p.clone(), p.clone()], "c", 1)
+            .await
+            .expect_err("same policy twice");
+        assert!(twice.is_invalid_input(), "{backend}: {twice}");
+    }
+}
+
+#[tokio::test]
+async fn server_time_is_used_by_default() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let p = policy(Algorithm::FixedWindowAnchored, 2, 60_000, None);
+    let first = limiter.check(&p, "c", 1).await.expect("check");
+    assert_eq!(first.reason, Reason::Redis);
+    assert!(first.allowed);
+    assert_eq!(first.remaining, 1);
+    // The window was stamped with Redis TIME: it started within the last minute of server time.
+    let mut connection = server.connection();
+    let (seconds, _micros): (u64, u64) = deadpool_redis::redis::cmd("TIME")
+        .query(&mut connection)
+        .expect("TIME");
+    let key = limiter.keys().key(&p, "c");
+    let start: u64 = deadpool_redis::redis::cmd("HGET")
+        .arg(&key)
+        .arg("s")
+        .query(&mut connection)
+        .expect("HGET");
+    assert!(start <= seconds * 1000 + 1000 && start + 60_000 > seconds * 1000);
+}

@@ -1,0 +1,131 @@
+//! Parity: random sequences of (client, cost, time step) give identical decisions on Redis and in
+//! memory, for every algorithm alone and for pairs checked together.
+
+use proptest::{
+    prelude::*,
+    test_runner::{Config, TestRunner},
+};
+use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, Timestamp};
+use redlimit_tests::RedisServer;
+
+use crate::support::{T0, policy};
+
+#[derive(Debug, Clone)]
+struct Step {
+    client: u8,
+    cost: u64,
+    /// Microseconds since the previous step; sub-millisecond steps exercise GCRA's precision.
+    advance_us: u64,
+}
+
+fn policy_for(algorithm: Algorithm) -> impl Strategy<Value = Policy> {
+    (
+        1_u64..12,
+        prop::sample::select(vec![1_000_u64, 1_500, 7_000, 60_000]),
+        1_u64..12,
+    )
+        .prop_map(move |(limit, window, burst)| {
+            policy(
+                algorithm,
+                limit,
+                window,
+                algorithm.has_burst().then_some(burst),
+            )
+        })
+}
+
+fn steps(max_advance_us: u64) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (
+            0_u8..3,
+            0_u64..14,
+            prop_oneof![0..2_000_u64, 0..max_advance_us],
+        )
+            .prop_map(|(client, cost, advance_us)| Step {
+                client,
+                cost,
+                advance_us,
+            }),
+        1..60,
+    )
+}
+
+fn run_parity(
+    server: &RedisServer,
+    runtime: &tokio::runtime::Runtime,
+    policies: impl Strategy<Value = Vec<Policy>>,
+) {
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = std::cell::Cell::new(0_u64);
+    runner
+        .run(&(policies, steps(90_000_000)), |(policies, steps)| {
+            case.set(case.get() + 1);
+            let redis = Limiter::with_prefix(server.backend(), format!("case{}", case.get()))
+                .expect("prefix");
+            let memory = Limiter::new(MemoryBackend::default());
+            let mut now = T0 * 1000;
+            for (i, step) in steps.iter().enumerate() {
+                now += step.advance_us;
+                let client = format!("c{}", step.client);
+                let at = Timestamp::from_micros(now);
+                let (on_redis, in_memory) = runtime.block_on(async {
+                    (
+                        redis
+                            .check_at(&policies, &client, step.cost, at)
+                            .await
+                            .expect("redis"),
+                        memory
+                            .check_at(&policies, &client, step.cost, at)
+                            .await
+                            .expect("memory"),
+                    )
+                });
+                for (r, m) in on_redis.iter().zip(&in_memory) {
+                    prop_assert_eq!(
+                        (r.allowed, r.remaining, r.reset_after, r.retry_after),
+                        (m.allowed, m.remaining, m.reset_after, m.retry_after),
+                        "step {} of {:?}: {:?}",
+                        i,
+                        policies,
+                        step
+                    );
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+}
+
+#[test]
+fn each_algorithm_decides_the_same_on_redis_and_in_memory() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for algorithm in Algorithm::ALL {
+        run_parity(
+            &server,
+            &runtime,
+            policy_for(algorithm).prop_map(|p| vec![p]),
+        );
+    }
+}
+
+#[test]
+fn policies_checked_together_decide_the_same_on_redis_and_in_memory() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let pair = (0..6_usize, 0..6_usize)
+        .prop_filter("two different algorithms", |(a, b)| a != b)
+        .prop_flat_map(|(a, b)| (policy_for(Algorithm::ALL[a]), policy_for(Algorithm::ALL[b])))
+        .prop_map(|(a, b)| vec![a, b]);
+    run_parity(&server, &runtime, pair);
+}

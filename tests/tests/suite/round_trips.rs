@@ -1,0 +1,92 @@
+//! One Redis command per decision at steady state, counted by the server.
+
+use std::collections::HashMap;
+
+use deadpool_redis::redis;
+use redlimit::Algorithm;
+use redlimit_tests::RedisServer;
+
+use crate::support::{T0, at_ms, policy};
+
+/// Commands the scripts run inside `EVALSHA`: Redis counts them too, but they cost no round trip.
+const INSIDE_SCRIPTS: &[&str] = &[
+    "time",
+    "hmget",
+    "hset",
+    "hincrby",
+    "pexpire",
+    "get",
+    "set",
+    "zremrangebyscore",
+    "zcard",
+    "zrange",
+    "zcount",
+    "zadd",
+];
+/// This test's own inspection commands.
+const OURS: &[&str] = &["info", "config|resetstat"];
+
+fn command_calls(connection: &mut redis::Connection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(connection)
+        .expect("INFO");
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            // Rejected and failed calls were still sent: count them all.
+            let sent = stats
+                .split(',')
+                .filter_map(|field| field.split_once('='))
+                .filter(|(k, _)| matches!(*k, "calls" | "rejected_calls" | "failed_calls"))
+                .filter_map(|(_, v)| v.parse::<u64>().ok())
+                .sum();
+            Some((name.to_owned(), sent))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_thousand_checks_cost_at_most_a_thousand_and_ten_commands() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .expect("RESETSTAT");
+    // A fresh limiter: its first connection, script load and NOSCRIPT retry are in the count.
+    let limiter = server.limiter();
+    let policies: Vec<_> = Algorithm::ALL
+        .into_iter()
+        .map(|algorithm| policy(algorithm, 50, 60_000, None))
+        .collect();
+    for i in 0..1_000_usize {
+        // One policy or two together, every algorithm, server time and explicit times.
+        let first = i % 6;
+        let chosen = &policies[first..(first + 1 + i % 2).min(6)];
+        let client = format!("client-{}", i % 37);
+        if i % 3 == 0 {
+            limiter.check_all(chosen, &client, 1).await.expect("check");
+        } else {
+            let at = at_ms(T0 + u64::try_from(i).expect("small"));
+            limiter
+                .check_at(chosen, &client, 1, at)
+                .await
+                .expect("check");
+        }
+    }
+    let calls = command_calls(&mut admin);
+    let evalsha = calls.get("evalsha").copied().unwrap_or(0);
+    let sent: u64 = calls
+        .iter()
+        .filter(|(name, _)| {
+            !INSIDE_SCRIPTS.contains(&name.as_str()) && !OURS.contains(&name.as_str())
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(evalsha >= 1_000, "every check is an EVALSHA: {calls:?}");
+    assert!(
+        sent <= 1_010,
+        "1 000 checks sent {sent} commands: {calls:?}"
+    );
+}

@@ -1,0 +1,68 @@
+//! Every wait is bounded: an unreachable or silent Redis costs at most the time budget.
+
+use std::{
+    net::TcpListener,
+    thread,
+    time::{Duration, Instant},
+};
+
+use redlimit::{Algorithm, Limiter, RedisBackend};
+use redlimit_tests::{RedisServer, free_port};
+
+use crate::support::policy;
+
+const BUDGET: Duration = Duration::from_millis(200);
+/// Scheduling slack on a loaded 2-core machine; the budget is what is being tested.
+const MARGIN: Duration = Duration::from_secs(2);
+
+fn limiter(url: String) -> Limiter {
+    Limiter::new(
+        RedisBackend::builder(url)
+            .timeout(BUDGET)
+            .build()
+            .expect("valid"),
+    )
+}
+
+#[tokio::test]
+async fn a_redis_that_never_answers_costs_the_budget() {
+    // Accepts connections and never replies.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("redis://{}", listener.local_addr().expect("address"));
+    let holder = thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(16) {
+            held.push(stream);
+        }
+    });
+    let limiter = limiter(url);
+    let p = policy(Algorithm::Gcra, 10, 1_000, None);
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = limiter.check(&p, "c", 1).await.expect_err("no answer");
+        let took = started.elapsed();
+        assert!(err.is_timeout() || err.is_backend(), "{err}");
+        assert!(took < BUDGET + MARGIN, "took {took:?}");
+    }
+    drop(holder);
+}
+
+#[tokio::test]
+async fn a_redis_that_is_down_fails_fast_and_is_used_again_when_back() {
+    let port = free_port();
+    let limiter = limiter(format!("redis://127.0.0.1:{port}"));
+    let p = policy(Algorithm::FixedWindow, 10, 60_000, None);
+    let started = Instant::now();
+    let err = limiter
+        .check(&p, "c", 1)
+        .await
+        .expect_err("nothing listens");
+    assert!(err.is_backend() || err.is_timeout(), "{err}");
+    assert!(started.elapsed() < BUDGET + MARGIN);
+
+    // A server appears on that port: the same limiter reaches it without a restart.
+    let server = RedisServer::start_on_port(port);
+    assert_eq!(server.port(), port);
+    let decision = limiter.check(&p, "c", 1).await.expect("redis is back");
+    assert!(decision.allowed);
+}
