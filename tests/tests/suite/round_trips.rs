@@ -89,4 +89,21 @@ async fn a_thousand_checks_cost_at_most_a_thousand_and_ten_commands() {
         sent <= 1_010,
         "1 000 checks sent {sent} commands: {calls:?}"
     );
+    println!("1 000 checks: {sent} commands sent, {evalsha} of them EVALSHA");
+}
+
+#[tokio::test]
+async fn a_flushed_script_cache_is_reloaded_on_noscript() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let p = policy(Algorithm::TokenBucket, 3, 60_000, None);
+    assert!(limiter.check(&p, "c", 1).await.expect("check").allowed);
+    let mut admin = server.connection();
+    // What a restart or a failover to a replica without the script looks like to a client.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut admin)
+        .expect("SCRIPT FLUSH");
+    let decision = limiter.check(&p, "c", 1).await.expect("reloaded");
+    assert_eq!(decision.remaining, 1);
 }

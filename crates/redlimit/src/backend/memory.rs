@@ -213,3 +213,99 @@ impl MemoryBackendBuilder {
         Ok(MemoryBackend::with_capacity(self.max_keys))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Algorithm, KeyScheme};
+
+    fn gcra() -> Policy {
+        Policy::builder("p", Algorithm::Gcra)
+            .limit(1)
+            .window(Duration::from_secs(10))
+            .build()
+            .expect("valid")
+    }
+
+    fn hit(backend: &MemoryBackend, policy: &Policy, client: &str, now_ms: u64) -> Answer {
+        let key = KeyScheme::default().key(policy, client);
+        backend
+            .check(
+                client,
+                std::slice::from_ref(policy),
+                &[key],
+                1,
+                now_ms * 1000,
+            )
+            .remove(0)
+    }
+
+    #[test]
+    fn never_tracks_more_than_max_keys() {
+        let backend = MemoryBackend::builder()
+            .max_keys(64)
+            .build()
+            .expect("valid");
+        let policy = gcra();
+        for client in 0..1_000 {
+            hit(&backend, &policy, &format!("c{client}"), 1_000);
+        }
+        assert!(backend.len() <= 64, "{}", backend.len());
+    }
+
+    #[test]
+    fn expired_state_is_dropped_before_live_state() {
+        // One shard's worth: 16 keys in all, 1 per shard.
+        let backend = MemoryBackend::builder()
+            .max_keys(16)
+            .build()
+            .expect("valid");
+        let policy = gcra();
+        let blocked = hit(&backend, &policy, "old", 0);
+        assert!(blocked.denial.is_none());
+        // Long after "old" expired, new clients take its room; a live client keeps its state.
+        for client in 0..200 {
+            hit(&backend, &policy, &format!("n{client}"), 60_000);
+        }
+        let live = "n199";
+        assert!(
+            hit(&backend, &policy, live, 60_001).denial.is_some(),
+            "still limited"
+        );
+    }
+
+    #[test]
+    fn a_full_shard_evicts_the_key_closest_to_expiry() {
+        // Two keys per shard.
+        let backend = MemoryBackend::builder()
+            .max_keys(32)
+            .build()
+            .expect("valid");
+        let policy = gcra();
+        let shard_of = |client: &str| {
+            let mut hasher = DefaultHasher::new();
+            client.hash(&mut hasher);
+            hasher.finish() % SHARDS as u64
+        };
+        let same: Vec<String> = (0..)
+            .map(|i| format!("k{i}"))
+            .filter(|c| shard_of(c) == shard_of("k0"))
+            .take(3)
+            .collect();
+        // same[0] expires at 10 s, same[1] at 11 s; neither has expired when same[2] arrives.
+        hit(&backend, &policy, &same[0], 0);
+        hit(&backend, &policy, &same[1], 1_000);
+        hit(&backend, &policy, &same[2], 2_000);
+        assert_eq!(backend.len(), 2);
+        assert!(
+            hit(&backend, &policy, &same[1], 2_001).denial.is_some(),
+            "the later-expiring key kept its state"
+        );
+        assert!(
+            hit(&backend, &policy, &same[0], 2_002).denial.is_none(),
+            "the evicted key starts over with a full quota"
+        );
+    }
+}
