@@ -65,6 +65,13 @@ pub enum ConfigError {
         /// The rejected value.
         value: String,
     },
+    /// A value that must be unique was given twice.
+    Duplicate {
+        /// The field's name.
+        field: &'static str,
+        /// The repeated value.
+        value: String,
+    },
     /// A Redis URL or connection setting was rejected.
     Redis {
         /// The field's name.
@@ -91,6 +98,7 @@ impl fmt::Display for ConfigError {
                 "{field} {value:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - ."
             ),
             Self::UnknownValue { field, value } => write!(f, "{field} {value:?} is not known"),
+            Self::Duplicate { field, value } => write!(f, "{field} has {value:?} twice"),
             Self::Redis { field, message } => write!(f, "{field}: {message}"),
         }
     }

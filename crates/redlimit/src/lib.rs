@@ -37,6 +37,7 @@ mod backend;
 mod config_error;
 mod decision;
 mod error;
+mod failure;
 mod key;
 mod limiter;
 mod policy;
@@ -47,6 +48,7 @@ pub use self::{
     config_error::ConfigError,
     decision::{Decision, Reason, RetryAfter},
     error::{Error, ErrorKind},
+    failure::{Checked, CircuitBreaker, Clock, FailurePolicy, GuardedLimiter, Stats},
     key::KeyScheme,
     limiter::Limiter,
     policy::{Algorithm, Policy, PolicyBuilder},

@@ -112,7 +112,7 @@ impl Limiter {
         self.run(policies, client, cost, Some(now)).await
     }
 
-    async fn run(
+    pub(crate) async fn run(
         &self,
         policies: &[Policy],
         client: &str,

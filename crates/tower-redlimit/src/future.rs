@@ -1,0 +1,145 @@
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use redlimit::{Checked, Decision};
+use tower_service::Service;
+
+use crate::{RateLimitBody, RateLimitLayer, headers};
+
+type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
+
+pin_project! {
+    /// The response future of [`RateLimit`](crate::RateLimit): the check, then the inner call.
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S, B>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        Checking {
+            check: CheckFuture,
+            service: Option<S>,
+            request: Option<Request<B>>,
+            grpc: bool,
+            layer: Arc<RateLimitLayer>,
+        },
+        Calling {
+            #[pin]
+            future: S::Future,
+            headers: Option<(Arc<RateLimitLayer>, Vec<Decision>)>,
+        },
+        Answered {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
+    pub(crate) fn checking(
+        check: CheckFuture,
+        service: S,
+        request: Request<B>,
+        grpc: bool,
+        layer: Arc<RateLimitLayer>,
+    ) -> Self {
+        Self {
+            state: State::Checking {
+                check,
+                service: Some(service),
+                request: Some(request),
+                grpc,
+                layer,
+            },
+        }
+    }
+
+    pub(crate) fn pass(future: S::Future) -> Self {
+        Self {
+            state: State::Calling {
+                future,
+                headers: None,
+            },
+        }
+    }
+
+    pub(crate) fn ready(response: Response<Bytes>) -> Self {
+        Self {
+            state: State::Answered {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+impl<S, B, ResBody> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<RateLimitBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Checking {
+                    check,
+                    service,
+                    request,
+                    grpc,
+                    layer,
+                } => {
+                    let checked = ready!(check.as_mut().poll(cx));
+                    if !checked.allowed() {
+                        let response = layer.reject(&checked.decisions, *grpc);
+                        return Poll::Ready(Ok(response.map(RateLimitBody::rejection)));
+                    }
+                    let mut request = request.take().expect("polled after completion");
+                    if let Some(decision) = headers::most_restrictive(&checked.decisions) {
+                        request.extensions_mut().insert(decision.clone());
+                    }
+                    let future = service
+                        .take()
+                        .expect("polled after completion")
+                        .call(request);
+                    let layer = Arc::clone(layer);
+                    state.set(State::Calling {
+                        future,
+                        headers: Some((layer, checked.decisions)),
+                    });
+                }
+                StateProj::Calling { future, headers } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    if let Some((layer, decisions)) = headers.take() {
+                        headers::insert(
+                            response.headers_mut(),
+                            layer.headers,
+                            layer.guard.policies(),
+                            &decisions,
+                        );
+                    }
+                    return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
+                }
+                StateProj::Answered { response } => {
+                    let response = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(response.map(RateLimitBody::rejection)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Rate-limit response headers: draft-ietf-httpapi-ratelimit-headers-10 and the legacy
+//! `X-RateLimit-*` trio.
+
+use std::{fmt::Write as _, time::Duration};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use redlimit::{Decision, Policy, RetryAfter};
+
+/// Which rate-limit headers responses carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10).
+    #[default]
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (seconds).
+    Legacy,
+    /// Both.
+    Both,
+    /// None (denials still carry `Retry-After`).
+    None,
+}
+
+impl std::str::FromStr for HeaderStyle {
+    type Err = redlimit::ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ietf" => Ok(Self::Ietf),
+            "legacy" => Ok(Self::Legacy),
+            "both" => Ok(Self::Both),
+            "none" => Ok(Self::None),
+            _ => Err(redlimit::ConfigError::UnknownValue {
+                field: "headers",
+                value: s.to_owned(),
+            }),
+        }
+    }
+}
+
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Whole seconds, rounded up: a client that waits this long is never early.
+pub(crate) fn seconds_up(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The decision a single-valued header reports: the first denial, else the least remaining.
+pub fn most_restrictive(decisions: &[Decision]) -> Option<&Decision> {
+    decisions
+        .iter()
+        .find(|d| !d.allowed)
+        .or_else(|| decisions.iter().min_by_key(|d| d.remaining))
+}
+
+/// The seconds a denied client should wait, if any wait helps.
+pub(crate) fn retry_after_secs(decisions: &[Decision]) -> Option<u64> {
+    decisions
+        .iter()
+        .filter_map(|d| match d.retry_after {
+            Some(RetryAfter::After(wait)) => Some(seconds_up(wait)),
+            _ => None,
+        })
+        .max()
+}
+
+/// Adds the headers of `style` for `decisions` (one per policy, in order).
+pub(crate) fn insert(
+    headers: &mut HeaderMap,
+    style: HeaderStyle,
+    policies: &[Policy],
+    decisions: &[Decision],
+) {
+    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
+        let mut policy = String::new();
+        let mut state = String::new();
+        for (p, d) in policies.iter().zip(decisions) {
+            let separator = if policy.is_empty() { "" } else { ", " };
+            let _ = write!(
+                policy,
+                "{separator}\"{}\";q={};w={}",
+                p.name(),
+                p.limit(),
+                seconds_up(p.window())
+            );
+            let _ = write!(
+                state,
+                "{separator}\"{}\";r={};t={}",
+                p.name(),
+                d.remaining,
+                seconds_up(d.reset_after)
+            );
+        }
+        // Policy names are limited to A-Z a-z 0-9 _ - . and the rest are digits: always valid.
+        if let (Ok(policy), Ok(state)) =
+            (HeaderValue::try_from(policy), HeaderValue::try_from(state))
+        {
+            headers.insert(RATELIMIT_POLICY, policy);
+            headers.insert(RATELIMIT, state);
+        }
+    }
+    let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both);
+    if let Some(d) = most_restrictive(decisions).filter(|_| legacy) {
+        headers.insert(X_LIMIT, HeaderValue::from(d.limit));
+        headers.insert(X_REMAINING, HeaderValue::from(d.remaining));
+        headers.insert(X_RESET, HeaderValue::from(seconds_up(d.reset_after)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_up_to_whole_seconds() {
+        assert_eq!(seconds_up(Duration::ZERO), 0);
+        assert_eq!(seconds_up(Duration::from_millis(1)), 1);
+        assert_eq!(seconds_up(Duration::from_millis(1000)), 1);
+        assert_eq!(seconds_up(Duration::from_millis(1001)), 2);
+    }
+}

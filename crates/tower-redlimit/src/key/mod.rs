@@ -1,0 +1,117 @@
+//! Who is limited: key extractors turn a request into the client key.
+
+mod ip;
+#[cfg(feature = "axum")]
+mod route;
+
+use http::{HeaderName, request::Parts};
+use redlimit::ConfigError;
+
+pub use self::ip::ClientIp;
+#[cfg(feature = "axum")]
+pub use self::route::MatchedRoute;
+
+/// Turns a request into the key that is limited, or `None` when it has none (see
+/// [`MissingKey`](crate::MissingKey)).
+///
+/// Any `Fn(&http::request::Parts) -> Option<String>` is an extractor.
+///
+/// ```
+/// use tower_redlimit::KeyExtractor;
+///
+/// let by_tenant = |parts: &http::request::Parts| {
+///     parts.uri.path().split('/').nth(2).map(str::to_owned)
+/// };
+/// let (parts, ()) = http::Request::get("/t/acme/items").body(()).unwrap().into_parts();
+/// assert_eq!(by_tenant.extract(&parts).as_deref(), Some("acme"));
+/// ```
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The key of this request.
+    fn extract(&self, request: &Parts) -> Option<String>;
+}
+
+impl<F> KeyExtractor for F
+where
+    F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+{
+    fn extract(&self, request: &Parts) -> Option<String> {
+        self(request)
+    }
+}
+
+/// One key for every request: a global limit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Global;
+
+impl KeyExtractor for Global {
+    fn extract(&self, _: &Parts) -> Option<String> {
+        Some("global".to_owned())
+    }
+}
+
+/// The value of a request header, such as an API key. A missing or empty header has no key.
+#[derive(Debug, Clone)]
+pub struct HeaderKey {
+    name: HeaderName,
+}
+
+impl HeaderKey {
+    /// Keys requests by the header `name`.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidName`] when `name` is not a valid header name.
+    pub fn new(name: &str) -> Result<Self, ConfigError> {
+        let name = HeaderName::try_from(name).map_err(|_| ConfigError::InvalidName {
+            field: "key header",
+            value: name.to_owned(),
+        })?;
+        Ok(Self { name })
+    }
+}
+
+impl KeyExtractor for HeaderKey {
+    fn extract(&self, request: &Parts) -> Option<String> {
+        let value = request.headers.get(&self.name)?.as_bytes();
+        (!value.is_empty()).then(|| String::from_utf8_lossy(value).into_owned())
+    }
+}
+
+/// Two keys combined, such as client IP and route: limited per pair. Both must be present.
+#[derive(Debug, Clone)]
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Both<A, B> {
+    fn extract(&self, request: &Parts) -> Option<String> {
+        // `|` separates the parts; escaping it (and `%`) inside them keeps pairs distinct.
+        let escape = |s: String| s.replace('%', "%25").replace('|', "%7C");
+        let first = escape(self.0.extract(request)?);
+        let second = escape(self.1.extract(request)?);
+        Some(format!("{first}|{second}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(builder: http::request::Builder) -> Parts {
+        builder.body(()).expect("request").into_parts().0
+    }
+
+    #[test]
+    fn header_keys_and_pairs() {
+        let key = HeaderKey::new("x-api-key").expect("valid");
+        let with = parts(http::Request::get("/").header("x-api-key", "k1"));
+        assert_eq!(key.extract(&with).as_deref(), Some("k1"));
+        assert_eq!(key.extract(&parts(http::Request::get("/"))), None);
+        let empty = parts(http::Request::get("/").header("x-api-key", ""));
+        assert_eq!(key.extract(&empty), None);
+        assert!(HeaderKey::new("bad header").is_err());
+
+        let pair = Both(key, Global);
+        assert_eq!(pair.extract(&with).as_deref(), Some("k1|global"));
+        let tricky = parts(http::Request::get("/").header("x-api-key", "a|b"));
+        assert_eq!(pair.extract(&tricky).as_deref(), Some("a%7Cb|global"));
+        assert_eq!(Global.extract(&with).as_deref(), Some("global"));
+    }
+}

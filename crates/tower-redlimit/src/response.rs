@@ -1,0 +1,98 @@
+//! What a limited request gets back.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use redlimit::{Decision, Reason, RetryAfter};
+
+use crate::headers::{most_restrictive, retry_after_secs};
+
+/// A request the limiter turned away, for building its response; see
+/// [`RateLimitLayer::rejection`](crate::RateLimitLayer::rejection).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Rejected<'a> {
+    /// One decision per policy; at least one is denied.
+    pub decisions: &'a [Decision],
+    /// Whether the request is gRPC (`content-type: application/grpc…`).
+    pub grpc: bool,
+}
+
+impl Rejected<'_> {
+    /// The status the default response uses: `503 Service Unavailable` when the limiter failed
+    /// closed (the client is not over its limit; the limiter could not tell), else
+    /// `429 Too Many Requests`.
+    pub fn status(&self) -> StatusCode {
+        if self
+            .decisions
+            .iter()
+            .any(|d| d.reason == Reason::FailClosed)
+        {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        }
+    }
+
+    /// Seconds until the request could pass (rounded up), or `None` when it never can.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        retry_after_secs(self.decisions)
+    }
+
+    /// A one-line explanation.
+    pub fn message(&self) -> String {
+        let denied = most_restrictive(self.decisions);
+        let policy = denied.map_or("", |d| d.policy.as_str());
+        match (self.status(), denied.and_then(|d| d.retry_after)) {
+            (StatusCode::SERVICE_UNAVAILABLE, _) => {
+                "rate limiter unavailable; try again later".to_owned()
+            }
+            (_, Some(RetryAfter::Never)) => {
+                format!("request cost exceeds what policy {policy} can ever allow")
+            }
+            _ => match self.retry_after_secs() {
+                Some(secs) => format!("rate limit {policy} exceeded; retry after {secs} s"),
+                None => format!("rate limit {policy} exceeded"),
+            },
+        }
+    }
+}
+
+/// The default response: gRPC status 8 (`RESOURCE_EXHAUSTED`) for gRPC, else 429 (or 503) with
+/// a short text body, or an `application/problem+json` body when asked.
+pub(crate) fn default_response(rejected: &Rejected<'_>, problem_json: bool) -> Response<Bytes> {
+    let message = rejected.message();
+    if rejected.grpc {
+        let mut response = Response::new(Bytes::new());
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert("grpc-status", HeaderValue::from_static("8"));
+        if let Ok(message) = HeaderValue::try_from(message) {
+            headers.insert("grpc-message", message);
+        }
+        return response;
+    }
+    let status = rejected.status();
+    let (content_type, body) = if problem_json {
+        let retry = rejected
+            .retry_after_secs()
+            .map_or_else(String::new, |secs| format!(",\"retry_after\":{secs}"));
+        let policy = most_restrictive(rejected.decisions).map_or("", |d| d.policy.as_str());
+        let body = format!(
+            "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{message}\",\"policy\":\"{policy}\"{retry}}}",
+            status.canonical_reason().unwrap_or_default(),
+            status.as_u16(),
+        );
+        ("application/problem+json", body)
+    } else {
+        ("text/plain; charset=utf-8", format!("{message}\n"))
+    };
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
