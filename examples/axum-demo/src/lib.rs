@@ -1,0 +1,87 @@
+//! The redlimit demo: an axum app whose routes are limited as a TOML file says.
+//!
+//! `app` builds the router, so tests can drive it without a socket.
+
+pub mod config;
+
+use std::time::Duration;
+
+use axum::{Extension, Router, http::Uri, routing::get};
+use redlimit::{Decision, FailurePolicy, Limiter, MemoryBackend, RedisBackend};
+use tower_redlimit::{ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
+
+use self::config::KeyKind;
+pub use self::config::{Config, ConfigFileError};
+
+/// The limiter the configuration asks for: Redis when `redis_url` is set, else memory.
+///
+/// # Errors
+/// An unusable `redis_url`.
+pub fn limiter(config: &Config) -> Result<Limiter, ConfigFileError> {
+    Ok(match &config.redis_url {
+        Some(url) => Limiter::new(
+            RedisBackend::builder(url.as_str())
+                .timeout(Duration::from_millis(config.timeout_ms))
+                .build()
+                .map_err(|e| ConfigFileError(format!("redis_url: {e}")))?,
+        ),
+        None => Limiter::new(MemoryBackend::default()),
+    })
+}
+
+/// The router: every configured route answers `GET` with 200 and a short body, behind its
+/// own limit.
+///
+/// # Errors
+/// A message naming the field at fault.
+pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
+    let limiter = limiter(config)?;
+    let failure = match config.failure.as_str() {
+        "closed" => FailurePolicy::Closed,
+        "local" => FailurePolicy::local(),
+        _ => FailurePolicy::Open,
+    };
+    let client_ip = ClientIp::behind_proxies(&config.trusted_proxies)
+        .map_err(|e| ConfigFileError(format!("trusted_proxies: {e}")))?;
+    let mut router = Router::new();
+    for route in &config.routes {
+        let layer = RateLimitLayer::new(limiter.clone(), [route.policy()?])
+            .map_err(|e| ConfigFileError(format!("route {}: {e}", route.path)))?
+            .failure(failure.clone())
+            .timeout(Duration::from_millis(config.timeout_ms))
+            .headers(config.header_style());
+        let layer = match route.key_kind()? {
+            KeyKind::Ip => layer.key(client_ip.clone()),
+            KeyKind::Global => layer.key(Global),
+            KeyKind::Header(name) => layer
+                .key(
+                    HeaderKey::new(&name)
+                        .map_err(|e| ConfigFileError(format!("route {}: key: {e}", route.path)))?,
+                )
+                .missing_key(MissingKey::Shared("anonymous".to_owned())),
+        };
+        router = router.route(&route.path, get(hello).layer(layer));
+    }
+    Ok(router)
+}
+
+/// A one-line description of the backend, for the start-up banner.
+pub fn backend_description(config: &Config) -> String {
+    match &config.redis_url {
+        Some(url) => format!("redis at {url} (failure policy: {})", config.failure),
+        None => "in-memory (no redis_url configured)".to_owned(),
+    }
+}
+
+async fn hello(uri: Uri, decision: Option<Extension<Decision>>) -> String {
+    match decision {
+        Some(Extension(d)) => format!(
+            "ok {}: policy {}, {} remaining, decided by {}\n",
+            uri.path(),
+            d.policy,
+            d.remaining,
+            d.reason.as_str()
+        ),
+        None => format!("ok {}\n", uri.path()),
+    }
+}

@@ -1,0 +1,74 @@
+//! `redlimit-demo [--config FILE]`: serves the demo app; see the README.
+
+use std::{net::SocketAddr, process::ExitCode};
+
+use axum_demo::{Config, app, backend_description};
+
+const USAGE: &str = "usage: redlimit-demo [--config FILE]
+
+With no arguments, serves three limited routes on 127.0.0.1:3000 with the in-memory backend.
+FILE is TOML: listen, redis_url, trusted_proxies, failure, timeout_ms, headers, [[route]] tables.";
+
+fn load(args: &[String]) -> Result<Config, String> {
+    match args {
+        [] => Ok(Config::demo()),
+        [flag, path] if flag == "--config" => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            Config::parse(&text).map_err(|e| format!("{path}: {e}"))
+        }
+        _ => Err(USAGE.to_owned()),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let config = match load(&args) {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("redlimit-demo: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let router = match app(&config) {
+        Ok(router) => router,
+        Err(message) => {
+            eprintln!("redlimit-demo: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("redlimit-demo: cannot listen on {}: {err}", config.listen);
+            return ExitCode::from(1);
+        }
+    };
+    let address = listener.local_addr().unwrap_or(config.listen);
+    println!("redlimit-demo: backend {}", backend_description(&config));
+    println!("redlimit-demo: listening on http://{address}");
+    for route in &config.routes {
+        println!(
+            "  GET {}  {} {} per {} (key: {})",
+            route.path, route.algorithm, route.limit, route.window, route.key
+        );
+    }
+    let first = config.routes.first().map_or("/", |r| r.path.as_str());
+    println!("try: for i in $(seq 12); do curl -s -i http://{address}{first} | head -n 1; done");
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    if let Err(err) = axum::serve(listener, service)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        eprintln!("redlimit-demo: {err}");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
