@@ -316,3 +316,43 @@ fn dechunk(body: &str, head: &str) -> String {
     }
     out
 }
+
+/// Serves `router` on a free loopback port with the peer address recorded, until the test ends.
+pub async fn serve(router: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binding a loopback port");
+    let address = listener.local_addr().expect("local address");
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await });
+    address
+}
+
+/// A clock for explicit check times that a test moves by hand.
+#[derive(Debug, Clone)]
+pub struct TestClock(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl TestClock {
+    /// Starts at `millis` since the epoch.
+    pub fn at_millis(millis: u64) -> Self {
+        Self(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(
+            millis,
+        )))
+    }
+
+    /// Moves the clock `millis` later.
+    pub fn advance_millis(&self, millis: u64) {
+        self.0.fetch_add(millis, Ordering::SeqCst);
+    }
+
+    /// The clock in the form redlimit takes.
+    pub fn clock(&self) -> redlimit::Clock {
+        let millis = std::sync::Arc::clone(&self.0);
+        std::sync::Arc::new(move || redlimit::Timestamp::from_millis(millis.load(Ordering::SeqCst)))
+    }
+}
+
+/// Deletes every key on the server.
+pub fn flush_all(connection: &mut redis::Connection) {
+    let _: () = redis::cmd("FLUSHALL").query(connection).expect("FLUSHALL");
+}

@@ -3,6 +3,9 @@
 mod concurrency;
 mod corrupt;
 mod harness;
+mod layer_axum;
+mod layer_failures;
+mod layer_headers;
 mod multi_policy;
 mod parity;
 mod pitfalls;

@@ -1,0 +1,177 @@
+//! The `redlimit-demo` binary as users run it: real processes, real Redis.
+
+use std::{
+    net::SocketAddr,
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use redlimit_tests::{RedisServer, free_port, http_get};
+
+const DEMO: &str = env!("CARGO_BIN_EXE_redlimit-demo");
+
+/// A running demo, killed and reaped on drop.
+struct Demo {
+    child: Child,
+    address: SocketAddr,
+    _config: tempfile_lite::File,
+}
+
+impl Demo {
+    async fn start(config_body: &str) -> Self {
+        let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let config = tempfile_lite::File::new(&format!("listen = \"{address}\"\n{config_body}"));
+        let child = Command::new(DEMO)
+            .args(["--config", config.path()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting redlimit-demo");
+        let demo = Self {
+            child,
+            address,
+            _config: config,
+        };
+        let started = Instant::now();
+        while tokio::net::TcpStream::connect(address).await.is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the demo never listened"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        demo
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Just enough of a temporary file for a config.
+mod tempfile_lite {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    pub(crate) struct File(std::path::PathBuf);
+
+    impl File {
+        pub(crate) fn new(text: &str) -> Self {
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "redlimit-demo-{}-{}.toml",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::write(&path, text).expect("writing a config");
+            Self(path)
+        }
+
+        pub(crate) fn path(&self) -> &str {
+            self.0.to_str().expect("a UTF-8 temp path")
+        }
+    }
+
+    impl Drop for File {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+fn route(algorithm: &str, limit: u64) -> String {
+    format!(
+        "[[route]]\npath = \"/limited\"\nalgorithm = \"{algorithm}\"\nlimit = {limit}\nwindow = \"1h\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_demo_processes_sharing_one_redis_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    for algorithm in ["fixed_window", "sliding_window_log", "gcra"] {
+        let config = format!(
+            "redis_url = \"{}\"\ntimeout_ms = 1000\n{}",
+            server.url(),
+            route(algorithm, 7)
+        );
+        let (a, b) = (Demo::start(&config).await, Demo::start(&config).await);
+        let mut admitted = 0;
+        for i in 0..20 {
+            let demo = if i % 2 == 0 { &a } else { &b };
+            let response = http_get(demo.address, "/limited", &[]).await;
+            assert!(
+                response.status == 200 || response.status == 429,
+                "{response:?}"
+            );
+            if response.status == 200 {
+                assert!(response.body.contains("decided by redis"), "{response:?}");
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 7, "{algorithm}: 20 requests across two processes");
+        redlimit_tests::flush_all(&mut server.connection());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_serves_while_its_redis_is_down() {
+    let nowhere = format!("redis://127.0.0.1:{}", free_port());
+    let config = format!(
+        "redis_url = \"{nowhere}\"\nfailure = \"local\"\n{}",
+        route("gcra", 2)
+    );
+    let demo = Demo::start(&config).await;
+    let statuses: Vec<u16> = {
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let response = http_get(demo.address, "/limited", &[]).await;
+            if response.status == 200 {
+                assert!(
+                    response.body.contains("decided by fallback"),
+                    "{response:?}"
+                );
+            }
+            statuses.push(response.status);
+        }
+        statuses
+    };
+    assert_eq!(
+        statuses,
+        [200, 200, 429],
+        "the local fallback limits on its own"
+    );
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(DEMO)
+        .args(args)
+        .output()
+        .expect("running redlimit-demo")
+}
+
+#[test]
+fn a_bad_file_exits_non_zero_naming_the_field() {
+    let cases = [
+        (route("leaky_bucket", 1), "algorithm"),
+        (route("gcra", 0), "limit"),
+        (
+            "failure = \"sometimes\"\n".to_owned() + &route("gcra", 1),
+            "failure",
+        ),
+        (route("gcra", 1).replace("1h", "an hour"), "window"),
+        (route("gcra", 1) + "colour = \"red\"\n", "colour"),
+    ];
+    for (body, field) in cases {
+        let file = tempfile_lite::File::new(&body);
+        let output = run(&["--config", file.path()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{field}: {stderr}");
+        assert!(stderr.contains(field), "{field}: {stderr}");
+    }
+    let missing = run(&["--config", "/nonexistent/redlimit.toml"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/redlimit.toml"));
+    assert_eq!(run(&["--frobnicate"]).status.code(), Some(2));
+}
