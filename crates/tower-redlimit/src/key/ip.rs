@@ -359,6 +359,38 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "axum")]
+    fn the_peer_comes_from_axum_connect_info() {
+        let mut request = http::Request::get("/").body(()).expect("request");
+        let peer: SocketAddr = "198.51.100.1:9".parse().expect("address");
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        let parts = request.into_parts().0;
+        assert_eq!(
+            ClientIp::peer().extract(&parts).as_deref(),
+            Some("198.51.100.1")
+        );
+    }
+
+    #[test]
+    #[cfg(feature = "tonic")]
+    fn the_peer_comes_from_tonic_connect_info() {
+        let mut request = http::Request::get("/").body(()).expect("request");
+        request
+            .extensions_mut()
+            .insert(tonic::transport::server::TcpConnectInfo {
+                local_addr: None,
+                remote_addr: Some("198.51.100.2:9".parse().expect("address")),
+            });
+        let parts = request.into_parts().0;
+        assert_eq!(
+            ClientIp::peer().extract(&parts).as_deref(),
+            Some("198.51.100.2")
+        );
+    }
+
+    #[test]
     fn no_peer_no_key() {
         let parts = http::Request::get("/")
             .body(())
