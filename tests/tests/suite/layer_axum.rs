@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use axum::{Router, body::Body, handler::Handler, http::Request, routing::get};
 use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+use redlimit_tests::TestClock;
 use tower::ServiceExt;
 use tower_redlimit::{Global, MatchedRoute, RateLimitLayer};
+
+use crate::support::T0;
 
 fn layer() -> RateLimitLayer {
     let p = Policy::builder("p", Algorithm::FixedWindow)
@@ -17,6 +20,8 @@ fn layer() -> RateLimitLayer {
     RateLimitLayer::new(Limiter::new(MemoryBackend::default()), [p])
         .expect("layer")
         .key(Global)
+        // Windows aligned to the clock: retry waits are exact.
+        .clock(TestClock::at_millis(T0).clock())
 }
 
 async fn statuses(app: Router, paths: &[&str]) -> Vec<u16> {
@@ -72,5 +77,114 @@ async fn on_the_router_on_routes_and_on_one_handler() {
     assert_eq!(
         statuses(per_route, &["/a", "/b", "/a"]).await,
         [200, 200, 429]
+    );
+}
+
+async fn call(app: &Router, request: Request<Body>) -> axum::response::Response {
+    app.clone().oneshot(request).await.expect("infallible")
+}
+
+async fn body_text(response: axum::response::Response) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+        .await
+        .expect("body");
+    String::from_utf8(bytes.to_vec()).expect("utf-8")
+}
+
+#[tokio::test]
+async fn denials_as_problem_json_grpc_status_or_a_custom_response() {
+    let problem = Router::new()
+        .route("/", get(ok))
+        .layer(layer().problem_json(true));
+    let _ = call(
+        &problem,
+        Request::get("/").body(Body::empty()).expect("request"),
+    )
+    .await;
+    let denied = call(
+        &problem,
+        Request::get("/").body(Body::empty()).expect("request"),
+    )
+    .await;
+    assert_eq!(denied.status(), 429);
+    assert_eq!(denied.headers()["content-type"], "application/problem+json");
+    assert_eq!(denied.headers()["retry-after"], "60");
+    let body = body_text(denied).await;
+    assert!(
+        body.starts_with(
+            "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.ends_with(",\"policy\":\"p\",\"retry_after\":60}"),
+        "{body}"
+    );
+
+    let grpc = Router::new().route("/", get(ok)).layer(layer());
+    let grpc_request = || {
+        Request::get("/")
+            .header("content-type", "application/grpc+proto")
+            .body(Body::empty())
+            .expect("request")
+    };
+    let _ = call(&grpc, grpc_request()).await;
+    let denied = call(&grpc, grpc_request()).await;
+    assert_eq!(denied.status(), 200, "gRPC carries its status in headers");
+    assert_eq!(denied.headers()["grpc-status"], "8");
+    assert_eq!(denied.headers()["content-type"], "application/grpc");
+
+    let custom = Router::new()
+        .route("/", get(ok))
+        .layer(layer().rejection(|rejected| {
+            let mut response = axum::http::Response::new(bytes::Bytes::from("slow down"));
+            *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+            assert!(!rejected.decisions[0].allowed);
+            response
+        }));
+    let _ = call(
+        &custom,
+        Request::get("/").body(Body::empty()).expect("request"),
+    )
+    .await;
+    let denied = call(
+        &custom,
+        Request::get("/").body(Body::empty()).expect("request"),
+    )
+    .await;
+    assert_eq!(denied.status(), 503);
+    assert_eq!(
+        denied.headers()["retry-after"],
+        "60",
+        "added to a custom response"
+    );
+    assert_eq!(body_text(denied).await, "slow down");
+}
+
+#[tokio::test]
+async fn requests_without_a_key_follow_the_missing_key_rule() {
+    let request = || Request::get("/").body(Body::empty()).expect("request");
+    let by_header = || layer().key(tower_redlimit::HeaderKey::new("x-api-key").expect("valid"));
+
+    let reject = Router::new().route("/", get(ok)).layer(by_header());
+    assert_eq!(call(&reject, request()).await.status(), 500);
+
+    let allow = Router::new()
+        .route("/", get(ok))
+        .layer(by_header().missing_key(tower_redlimit::MissingKey::Allow));
+    for _ in 0..3 {
+        let response = call(&allow, request()).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.headers().get("ratelimit").is_none(), "unlimited");
+    }
+
+    let shared = Router::new()
+        .route("/", get(ok))
+        .layer(by_header().missing_key(tower_redlimit::MissingKey::Shared("anonymous".to_owned())));
+    assert_eq!(call(&shared, request()).await.status(), 200);
+    assert_eq!(
+        call(&shared, request()).await.status(),
+        429,
+        "one bucket for all"
     );
 }
