@@ -188,3 +188,68 @@ async fn requests_without_a_key_follow_the_missing_key_rule() {
         "one bucket for all"
     );
 }
+
+#[tokio::test]
+async fn the_cost_of_a_request_comes_from_the_cost_closure() {
+    let p = Policy::builder("p", Algorithm::FixedWindow)
+        .limit(10)
+        .window(Duration::from_secs(60))
+        .build()
+        .expect("valid");
+    let layer = RateLimitLayer::new(Limiter::new(MemoryBackend::default()), [p])
+        .expect("layer")
+        .key(Global)
+        .clock(TestClock::at_millis(T0).clock())
+        // Bulk requests cost what they say; everything else costs 1.
+        .cost(|parts| {
+            parts
+                .headers
+                .get("x-batch")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        });
+    let app = Router::new().route("/", get(ok)).layer(layer);
+    let batch = |n: &str| {
+        Request::get("/")
+            .header("x-batch", n)
+            .body(Body::empty())
+            .expect("request")
+    };
+    let remaining =
+        |r: &axum::response::Response| r.headers()["ratelimit"].to_str().expect("ascii").to_owned();
+    let first = call(&app, batch("7")).await;
+    assert_eq!(remaining(&first), "\"p\";r=3;t=60");
+    let too_big = call(&app, batch("4")).await;
+    assert_eq!(
+        too_big.status(),
+        429,
+        "4 > 3 left: denied, and nothing consumed"
+    );
+    let peek = call(&app, batch("0")).await;
+    assert_eq!(
+        (peek.status().as_u16(), remaining(&peek)),
+        (200, "\"p\";r=3;t=60".to_owned())
+    );
+    let never = call(&app, batch("11")).await;
+    assert_eq!(never.status(), 429);
+    assert!(
+        never.headers().get("retry-after").is_none(),
+        "no wait makes 11 > limit pass"
+    );
+}
+
+#[test]
+fn layer_configuration_mistakes_are_config_errors() {
+    let limiter = Limiter::new(MemoryBackend::default());
+    let err = RateLimitLayer::new(limiter.clone(), []).expect_err("no policy");
+    assert_eq!(err.to_string(), "policies is required");
+    let p = Policy::builder("p", Algorithm::Gcra)
+        .limit(1)
+        .window(Duration::from_secs(1))
+        .build()
+        .expect("valid");
+    let err = RateLimitLayer::new(limiter, [p.clone(), p]).expect_err("twice");
+    assert_eq!(err.to_string(), "policies has \"p\" twice");
+    assert!(tower_redlimit::ClientIp::behind_proxies(["10.0.0.0/40"]).is_err());
+    assert!(tower_redlimit::HeaderKey::new("not a header").is_err());
+}
