@@ -1,5 +1,6 @@
 //! Where state lives.
 
+mod connection;
 mod memory;
 mod redis;
 pub(crate) mod script;

@@ -1,4 +1,5 @@
-//! Redis standalone backend: one `EVALSHA` per check over a pooled multiplexed connection.
+//! The Redis backend: one `EVALSHA` per check over a pooled multiplexed connection, on a
+//! standalone server, a Cluster, or a Sentinel-managed primary.
 
 use std::{
     fmt,
@@ -7,21 +8,28 @@ use std::{
 };
 
 use deadpool_redis::{
-    Manager, Pool, Runtime,
-    redis::{AsyncConnectionConfig, Script, aio::MultiplexedConnection},
+    Runtime,
+    redis::{
+        AsyncConnectionConfig, ErrorKind as RedisErrorKind, ServerErrorKind, aio::ConnectionLike,
+    },
 };
 
-use super::script::{self, Answer};
+use super::{
+    connection::{Conn, Held, Pools},
+    script::{self, Answer, Invocation},
+};
 use crate::{ConfigError, Error, ErrorKind, Policy};
 
-/// Redis standalone backend, through a deadpool-redis pool.
+/// The Redis backend, through a deadpool-redis pool: a standalone server
+/// ([`builder`](Self::builder)), a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`)
+/// or a Sentinel-managed primary ([`sentinel`](Self::sentinel), feature `sentinel`).
 ///
-/// Every check is one `EVALSHA` of one script (loaded once, reloaded on `NOSCRIPT`), so a check of
-/// several policies is still one round trip. A redis-rs multiplexed connection carries any number
-/// of concurrent checks, so the backend keeps one checked out and shares it, instead of paying the
-/// pool's health-check `PING` on every checkout; it goes back to the pool for a fresh one only when
-/// a command fails or times out. Nothing connects until the first check, so an application starts
-/// even while Redis is down.
+/// Every check is one `EVALSHA` of one script, so a check of several policies is still one round
+/// trip; a node that lacks the script (`NOSCRIPT`) gets it by `EVAL` in the same retry. A redis-rs
+/// multiplexed connection carries any number of concurrent checks, so the backend keeps one
+/// checked out and shares it instead of paying the pool's health-check `PING` on every checkout;
+/// it goes back to the pool for a fresh one only when a command fails or times out. Nothing
+/// connects until the first check, so an application starts even while Redis is down.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -39,8 +47,8 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    pool: Pool,
-    script: Script,
+    pools: Pools,
+    sha1: String,
     timeout: Duration,
     shared: Mutex<Shared>,
 }
@@ -48,27 +56,62 @@ struct Inner {
 /// The connection in use, and a generation so a late failure cannot discard its replacement.
 #[derive(Default)]
 struct Shared {
-    connection: Option<deadpool_redis::Connection>,
+    held: Option<Held>,
     generation: u64,
 }
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("pool", &self.inner.pool.status())
+            .field("pool", &self.inner.pools.status())
             .field("timeout", &self.inner.timeout)
             .finish_non_exhaustive()
     }
 }
 
+/// Where the backend's Redis is.
+#[derive(Debug, Clone)]
+enum Topology {
+    Standalone(String),
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        urls: Vec<String>,
+        master: String,
+    },
+}
+
 impl RedisBackend {
-    /// Starts a backend for the Redis at `url` (`redis://[user:pass@]host:port[/db]`).
+    /// A standalone Redis at `url` (`redis://[user:pass@]host:port[/db]`).
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
-        RedisBackendBuilder {
-            url: url.into(),
-            timeout: Duration::from_millis(100),
-            pool_size: 4,
-        }
+        RedisBackendBuilder::new(Topology::Standalone(url.into()))
+    }
+
+    /// A Redis Cluster reached through any of `urls` (seed nodes; the rest is discovered).
+    #[cfg(feature = "cluster")]
+    pub fn cluster<I, S>(urls: I) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::new(Topology::Cluster(
+            urls.into_iter().map(Into::into).collect(),
+        ))
+    }
+
+    /// The primary named `master` that the sentinels at `urls` (`redis://host:26379`) point to;
+    /// after a failover, new connections go to the new primary.
+    #[cfg(feature = "sentinel")]
+    pub fn sentinel<I, S>(urls: I, master: impl Into<String>) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::new(Topology::Sentinel {
+            urls: urls.into_iter().map(Into::into).collect(),
+            master: master.into(),
+        })
     }
 
     /// The time budget of one check.
@@ -85,9 +128,17 @@ impl RedisBackend {
     ) -> Result<Vec<Answer>, Error> {
         let inner = &self.inner;
         let attempt = async {
-            let (mut connection, generation) = self.connection().await?;
-            let call = script::invocation(&inner.script, policies, keys, cost, now_us);
-            match call.invoke_async::<Vec<i64>>(&mut connection).await {
+            let (mut conn, generation) = self.connection().await?;
+            let call = Invocation::new(policies, keys, cost, now_us);
+            let mut reply = call
+                .evalsha(&inner.sha1)
+                .query_async::<Vec<i64>>(&mut conn)
+                .await;
+            if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
+            {
+                reply = call.eval().query_async(&mut conn).await;
+            }
+            match reply {
                 Ok(reply) => script::parse(&reply, policies.len()),
                 Err(err) => {
                     if err.is_unrecoverable_error() || err.is_timeout() {
@@ -118,28 +169,25 @@ impl RedisBackend {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn connection(&self) -> Result<(MultiplexedConnection, u64), Error> {
+    async fn connection(&self) -> Result<(impl ConnectionLike + use<>, u64), Error> {
         {
             let shared = self.lock();
-            if let Some(connection) = &shared.connection {
-                return Ok(((**connection).clone(), shared.generation));
+            if let Some(held) = &shared.held {
+                return Ok((held.conn(), shared.generation));
             }
         }
-        let fresh = self.inner.pool.get().await.map_err(|err| {
-            Error::new(ErrorKind::Backend, "no redis connection").with_source(err)
-        })?;
+        let fresh = self.inner.pools.get().await?;
         let mut shared = self.lock();
-        let connection = shared.connection.get_or_insert(fresh);
-        Ok(((**connection).clone(), shared.generation))
+        let conn: Conn = shared.held.get_or_insert(fresh).conn();
+        Ok((conn, shared.generation))
     }
 
     fn discard(&self, generation: u64) {
         let mut shared = self.lock();
         if shared.generation == generation {
             shared.generation += 1;
-            // Taken out of the pool for good: a connection that failed is not recycled.
-            if let Some(connection) = shared.connection.take() {
-                drop(deadpool_redis::Connection::take(connection));
+            if let Some(held) = shared.held.take() {
+                held.discard();
             }
         }
     }
@@ -149,12 +197,20 @@ impl RedisBackend {
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct RedisBackendBuilder {
-    url: String,
+    topology: Topology,
     timeout: Duration,
     pool_size: usize,
 }
 
 impl RedisBackendBuilder {
+    fn new(topology: Topology) -> Self {
+        Self {
+            topology,
+            timeout: Duration::from_millis(100),
+            pool_size: 4,
+        }
+    }
+
     /// The time budget of one check: waiting for a connection, connecting, and the reply
     /// together. Defaults to 100 ms.
     pub fn timeout(mut self, timeout: Duration) -> Self {
@@ -172,7 +228,7 @@ impl RedisBackendBuilder {
     /// Validates the settings and builds the backend, without connecting.
     ///
     /// # Errors
-    /// A [`ConfigError`] for an unparsable URL, a zero timeout or a zero pool size.
+    /// A [`ConfigError`] for an unparsable URL, no URL, a zero timeout or a zero pool size.
     pub fn build(self) -> Result<RedisBackend, ConfigError> {
         if self.timeout.is_zero() {
             return Err(ConfigError::Zero { field: "timeout" });
@@ -180,30 +236,79 @@ impl RedisBackendBuilder {
         if self.pool_size == 0 {
             return Err(ConfigError::Zero { field: "pool_size" });
         }
-        let redis_url = |err: &dyn fmt::Display| ConfigError::Redis {
-            field: "redis url",
-            message: err.to_string(),
-        };
-        let connection = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        let manager =
-            Manager::new_with_config(self.url.as_str(), connection).map_err(|e| redis_url(&e))?;
-        let pool = Pool::builder(manager)
-            .max_size(self.pool_size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(self.timeout))
-            .create_timeout(Some(self.timeout))
-            .recycle_timeout(Some(self.timeout))
-            .build()
-            .map_err(|e| redis_url(&e))?;
+        let pools = self.pools()?;
         Ok(RedisBackend {
             inner: Arc::new(Inner {
-                pool,
-                script: script::script(),
+                pools,
+                sha1: script::sha1(),
                 timeout: self.timeout,
                 shared: Mutex::default(),
             }),
+        })
+    }
+
+    fn pools(&self) -> Result<Pools, ConfigError> {
+        let invalid = |field: &'static str| {
+            move |err: &dyn fmt::Display| ConfigError::Redis {
+                field,
+                message: err.to_string(),
+            }
+        };
+        // Every wait of the pool is bounded by the budget too.
+        macro_rules! pool {
+            ($builder:expr, $field:literal) => {
+                $builder
+                    .max_size(self.pool_size)
+                    .runtime(Runtime::Tokio1)
+                    .wait_timeout(Some(self.timeout))
+                    .create_timeout(Some(self.timeout))
+                    .recycle_timeout(Some(self.timeout))
+                    .build()
+                    .map_err(|e| invalid($field)(&e))?
+            };
+        }
+        Ok(match &self.topology {
+            Topology::Standalone(url) => {
+                let connection = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout));
+                let manager = deadpool_redis::Manager::new_with_config(url.as_str(), connection)
+                    .map_err(|e| invalid("redis url")(&e))?;
+                Pools::Standalone(pool!(deadpool_redis::Pool::builder(manager), "redis url"))
+            }
+            #[cfg(feature = "cluster")]
+            Topology::Cluster(urls) => {
+                if urls.is_empty() {
+                    return Err(ConfigError::Missing {
+                        field: "cluster urls",
+                    });
+                }
+                let manager = deadpool_redis::cluster::Manager::new(urls.clone(), false)
+                    .map_err(|e| invalid("cluster urls")(&e))?;
+                Pools::Cluster(pool!(
+                    deadpool_redis::cluster::Pool::builder(manager),
+                    "cluster urls"
+                ))
+            }
+            #[cfg(feature = "sentinel")]
+            Topology::Sentinel { urls, master } => {
+                if urls.is_empty() {
+                    return Err(ConfigError::Missing {
+                        field: "sentinel urls",
+                    });
+                }
+                let manager = deadpool_redis::sentinel::Manager::new(
+                    urls.clone(),
+                    master.clone(),
+                    None,
+                    deadpool_redis::sentinel::SentinelServerType::Master,
+                )
+                .map_err(|e| invalid("sentinel urls")(&e))?;
+                Pools::Sentinel(pool!(
+                    deadpool_redis::sentinel::Pool::builder(manager),
+                    "sentinel urls"
+                ))
+            }
         })
     }
 }

@@ -1,7 +1,7 @@
 //! The check script: every algorithm's Lua in one script, so a check of several policies is one
 //! `EVALSHA`. The Lua mirrors `crate::algorithm` line for line.
 
-use deadpool_redis::redis::{RedisError, Script};
+use deadpool_redis::redis::{Cmd, RedisError};
 
 use crate::{
     Error, ErrorKind, Policy,
@@ -29,30 +29,57 @@ pub(crate) struct Answer {
     pub(crate) denial: Option<Denial>,
 }
 
-pub(crate) fn script() -> Script {
-    Script::new(SOURCE)
+/// The script's SHA-1, as `EVALSHA` names it.
+pub(crate) fn sha1() -> String {
+    sha1_smol::Sha1::from(SOURCE).digest().to_string()
 }
 
-/// Fills the script's `KEYS` and `ARGV`; `now_us` of `None` reads Redis `TIME`.
-pub(crate) fn invocation<'a>(
-    script: &'a Script,
-    policies: &[Policy],
-    keys: &[String],
-    cost: u64,
-    now_us: Option<u64>,
-) -> deadpool_redis::redis::ScriptInvocation<'a> {
-    let mut call = script.prepare_invoke();
-    call.arg(now_us.map_or_else(String::new, |n| n.to_string()));
-    // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
-    call.arg(cost.min(MAX_EXACT));
-    for (policy, key) in policies.iter().zip(keys) {
-        call.key(key)
-            .arg(policy.algorithm().tag())
-            .arg(policy.limit())
-            .arg(policy.window_ms())
-            .arg(policy.burst());
+/// One check's `KEYS` and `ARGV`; `now_us` of `None` makes the script read Redis `TIME`.
+pub(crate) struct Invocation<'a> {
+    keys: &'a [String],
+    args: Vec<String>,
+}
+
+impl<'a> Invocation<'a> {
+    pub(crate) fn new(
+        policies: &[Policy],
+        keys: &'a [String],
+        cost: u64,
+        now_us: Option<u64>,
+    ) -> Self {
+        let mut args = Vec::with_capacity(2 + 4 * policies.len());
+        args.push(now_us.map_or_else(String::new, |n| n.to_string()));
+        // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
+        args.push(cost.min(MAX_EXACT).to_string());
+        for policy in policies {
+            args.push(policy.algorithm().tag().to_owned());
+            args.push(policy.limit().to_string());
+            args.push(policy.window_ms().to_string());
+            args.push(policy.burst().to_string());
+        }
+        Self { keys, args }
     }
-    call
+
+    /// `EVALSHA sha …`: the one command of a check at steady state.
+    pub(crate) fn evalsha(&self, sha1: &str) -> Cmd {
+        self.command("EVALSHA", sha1)
+    }
+
+    /// `EVAL source …`: for a node that lacks the script (`NOSCRIPT`: a restart, a flush, a
+    /// freshly promoted replica). It runs the check and caches the script on that very node, which
+    /// is the one owning the keys.
+    pub(crate) fn eval(&self) -> Cmd {
+        self.command("EVAL", SOURCE)
+    }
+
+    fn command(&self, name: &str, script: &str) -> Cmd {
+        let mut cmd = deadpool_redis::redis::cmd(name);
+        cmd.arg(script)
+            .arg(self.keys.len())
+            .arg(self.keys)
+            .arg(&self.args);
+        cmd
+    }
 }
 
 /// Reads the script's reply: four integers per policy.

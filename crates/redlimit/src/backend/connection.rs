@@ -1,0 +1,116 @@
+//! The pools of the three Redis topologies behind one connection type.
+
+use deadpool_redis::redis::{
+    Cmd, Pipeline, RedisFuture, Value,
+    aio::{ConnectionLike, MultiplexedConnection},
+};
+
+use crate::{Error, ErrorKind};
+
+/// A pool per topology.
+pub(crate) enum Pools {
+    Standalone(deadpool_redis::Pool),
+    #[cfg(feature = "cluster")]
+    Cluster(deadpool_redis::cluster::Pool),
+    #[cfg(feature = "sentinel")]
+    Sentinel(deadpool_redis::sentinel::Pool),
+}
+
+/// A connection checked out of its pool and kept for sharing.
+pub(crate) enum Held {
+    Standalone(deadpool_redis::Connection),
+    #[cfg(feature = "cluster")]
+    Cluster(deadpool_redis::cluster::Connection),
+    #[cfg(feature = "sentinel")]
+    Sentinel(deadpool_redis::sentinel::Connection),
+}
+
+/// A clone of the held connection: multiplexed, so clones share one socket (or, for a cluster,
+/// one socket per node).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Multiplexed(MultiplexedConnection),
+    #[cfg(feature = "cluster")]
+    Cluster(deadpool_redis::cluster::ClusterConnection),
+}
+
+impl Pools {
+    pub(crate) fn status(&self) -> deadpool_redis::Status {
+        match self {
+            Self::Standalone(pool) => pool.status(),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(pool) => pool.status(),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(pool) => pool.status(),
+        }
+    }
+
+    pub(crate) async fn get(&self) -> Result<Held, Error> {
+        let unavailable = |err: &dyn std::fmt::Display| {
+            Error::new(ErrorKind::Backend, format!("no redis connection: {err}"))
+        };
+        Ok(match self {
+            Self::Standalone(pool) => {
+                Held::Standalone(pool.get().await.map_err(|e| unavailable(&e))?)
+            }
+            #[cfg(feature = "cluster")]
+            Self::Cluster(pool) => Held::Cluster(pool.get().await.map_err(|e| unavailable(&e))?),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(pool) => Held::Sentinel(pool.get().await.map_err(|e| unavailable(&e))?),
+        })
+    }
+}
+
+impl Held {
+    pub(crate) fn conn(&self) -> Conn {
+        match self {
+            Self::Standalone(held) => Conn::Multiplexed((**held).clone()),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(held) => Conn::Cluster((**held).clone()),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(held) => Conn::Multiplexed((**held).clone()),
+        }
+    }
+
+    /// Removes the connection from its pool for good: a connection that failed is not recycled.
+    pub(crate) fn discard(self) {
+        match self {
+            Self::Standalone(held) => drop(deadpool_redis::Connection::take(held)),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(held) => drop(deadpool_redis::cluster::Connection::take(held)),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(held) => drop(deadpool_redis::sentinel::Connection::take(held)),
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Multiplexed(conn) => conn.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Multiplexed(conn) => conn.req_packed_commands(cmd, offset, count),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Multiplexed(conn) => conn.get_db(),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
