@@ -8,11 +8,16 @@ use crate::support::{T0, at_ms, policy};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_limiters_of_sixty_four_tasks_admit_exactly_the_limit() {
     let server = RedisServer::start();
+    exactly_the_limit(|| server.limiter()).await;
+}
+
+/// 4 limiters (separate pools, like separate app servers) × 64 tasks × 3 checks on one key with
+/// limit 100 admit exactly 100, for every algorithm.
+pub(crate) async fn exactly_the_limit(new_limiter: impl Fn() -> Limiter) {
     for algorithm in Algorithm::ALL {
         let burst = algorithm.has_burst().then_some(100);
         let p = policy(algorithm, 100, 3_600_000, burst);
-        // Separate backends: separate pools and connections, like separate app servers.
-        let limiters: Vec<Limiter> = (0..4).map(|_| server.limiter()).collect();
+        let limiters: Vec<Limiter> = (0..4).map(|_| new_limiter()).collect();
         let mut tasks = Vec::new();
         for limiter in &limiters {
             for _ in 0..64 {

@@ -1,7 +1,9 @@
 //! Every test that needs a real redis-server. One binary, so the suite links once.
 
+mod cluster;
 mod concurrency;
 mod corrupt;
+mod failover;
 mod harness;
 mod layer_axum;
 mod layer_failures;
@@ -10,6 +12,7 @@ mod multi_policy;
 mod parity;
 mod pitfalls;
 mod round_trips;
+mod sentinel;
 mod support;
 mod timeouts;
 mod vectors;

@@ -1,6 +1,6 @@
 //! Several policies checked together: one round trip, all-or-nothing.
 
-use redlimit::{Algorithm, ErrorKind, Reason};
+use redlimit::{Algorithm, ErrorKind, Limiter, Reason};
 use redlimit_tests::RedisServer;
 
 use crate::support::{T0, at_ms, both_backends, policy};
@@ -8,50 +8,55 @@ use crate::support::{T0, at_ms, both_backends, policy};
 #[tokio::test]
 async fn first_exhausted_policy_denies_and_nothing_is_consumed() {
     let server = RedisServer::start();
-    // 2 per second and 5 per minute on the same client.
+    for (backend, limiter) in both_backends(&server) {
+        all_or_nothing(&limiter, backend).await;
+    }
+}
+
+/// 2 per second and 5 per minute on one client: whichever is exhausted denies, and a denied
+/// check consumes from neither.
+pub(crate) async fn all_or_nothing(limiter: &Limiter, backend: &str) {
     let per_second = policy(Algorithm::FixedWindow, 2, 1_000, None);
     let per_minute = policy(Algorithm::SlidingWindowLog, 5, 60_000, None);
     let both = [per_second, per_minute];
-    for (backend, limiter) in both_backends(&server) {
-        let check = |t: u64, cost: u64| {
-            let limiter = limiter.clone();
-            let both = both.clone();
-            async move {
-                limiter
-                    .check_at(&both, "client", cost, at_ms(T0 + t))
-                    .await
-                    .expect("check")
-            }
-        };
-        let d = check(0, 2).await;
-        assert!(d.iter().all(|d| d.allowed), "{backend}: {d:?}");
-        assert_eq!((d[0].remaining, d[1].remaining), (0, 3), "{backend}");
+    let check = |t: u64, cost: u64| {
+        let limiter = limiter.clone();
+        let both = both.clone();
+        async move {
+            limiter
+                .check_at(&both, "client", cost, at_ms(T0 + t))
+                .await
+                .expect("check")
+        }
+    };
+    let d = check(0, 2).await;
+    assert!(d.iter().all(|d| d.allowed), "{backend}: {d:?}");
+    assert_eq!((d[0].remaining, d[1].remaining), (0, 3), "{backend}");
 
-        // The per-second policy denies; the per-minute one would admit but must not consume.
-        let d = check(500, 1).await;
-        assert!(!d[0].allowed && d[1].allowed, "{backend}: {d:?}");
-        assert_eq!((d[0].remaining, d[1].remaining), (0, 3), "{backend}");
-        let d = check(600, 1).await;
-        assert_eq!(
-            d[1].remaining, 3,
-            "{backend}: denied checks consumed nothing"
-        );
+    // The per-second policy denies; the per-minute one would admit but must not consume.
+    let d = check(500, 1).await;
+    assert!(!d[0].allowed && d[1].allowed, "{backend}: {d:?}");
+    assert_eq!((d[0].remaining, d[1].remaining), (0, 3), "{backend}");
+    let d = check(600, 1).await;
+    assert_eq!(
+        d[1].remaining, 3,
+        "{backend}: denied checks consumed nothing"
+    );
 
-        // A new second: both admit, and both consume.
-        let d = check(1_000, 2).await;
-        assert!(d.iter().all(|d| d.allowed), "{backend}: {d:?}");
-        assert_eq!((d[0].remaining, d[1].remaining), (0, 1), "{backend}");
+    // A new second: both admit, and both consume.
+    let d = check(1_000, 2).await;
+    assert!(d.iter().all(|d| d.allowed), "{backend}: {d:?}");
+    assert_eq!((d[0].remaining, d[1].remaining), (0, 1), "{backend}");
 
-        // Now the per-minute policy is the one that denies; the per-second one keeps its quota.
-        let d = check(2_000, 2).await;
-        assert!(d[0].allowed && !d[1].allowed, "{backend}: {d:?}");
-        let d = check(2_000, 0).await;
-        assert_eq!((d[0].remaining, d[1].remaining), (2, 1), "{backend}");
-        assert!(
-            d.iter()
-                .all(|d| d.reason == Reason::Redis || d.reason == Reason::Memory)
-        );
-    }
+    // Now the per-minute policy is the one that denies; the per-second one keeps its quota.
+    let d = check(2_000, 2).await;
+    assert!(d[0].allowed && !d[1].allowed, "{backend}: {d:?}");
+    let d = check(2_000, 0).await;
+    assert_eq!((d[0].remaining, d[1].remaining), (2, 1), "{backend}");
+    assert!(
+        d.iter()
+            .all(|d| d.reason == Reason::Redis || d.reason == Reason::Memory)
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,133 @@
+//! A real Sentinel set-up: a primary, its replica and 3 sentinels on loopback.
+
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
+
+use deadpool_redis::redis;
+
+use crate::{RedisServer, free_port};
+
+/// How long the set-up may take to settle, or to fail over.
+const SETTLE_WITHIN: Duration = Duration::from_secs(30);
+
+/// A primary, one replica and 3 sentinels (quorum 2) watching them as `mymaster`; every process
+/// is killed and reaped on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    primary: RedisServer,
+    replica: RedisServer,
+    sentinels: Vec<RedisServer>,
+}
+
+impl RedisSentinel {
+    /// The name the sentinels know the primary by.
+    pub const MASTER: &'static str = "mymaster";
+
+    /// Starts everything and waits until the sentinels know the replica and each other.
+    pub fn start() -> Self {
+        let primary = RedisServer::start();
+        let port = primary.port().to_string();
+        let replica =
+            RedisServer::start_on_port_with(free_port(), &["--replicaof", "127.0.0.1", &port]);
+        let config = format!(
+            "sentinel monitor {master} 127.0.0.1 {port} 2\n\
+             sentinel down-after-milliseconds {master} 1000\n\
+             sentinel failover-timeout {master} 5000\n\
+             sentinel parallel-syncs {master} 1\n",
+            master = Self::MASTER
+        );
+        let sentinels = (0..3)
+            .map(|_| RedisServer::start_sentinel(free_port(), &config))
+            .collect();
+        let setup = Self {
+            primary,
+            replica,
+            sentinels,
+        };
+        setup.wait("the sentinels to find the replica and each other", |s| {
+            s.is_settled()
+        });
+        setup
+    }
+
+    /// The sentinels' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The primary.
+    pub fn primary(&self) -> &RedisServer {
+        &self.primary
+    }
+
+    /// The replica.
+    pub fn replica(&self) -> &RedisServer {
+        &self.replica
+    }
+
+    /// Kills the primary, as a crash would.
+    pub fn kill_primary(&mut self) {
+        self.primary.kill();
+    }
+
+    /// Waits until the sentinels name the replica as the primary.
+    pub fn wait_for_failover(&self) {
+        let replica = self.replica.port();
+        self.wait("the sentinels to promote the replica", |s| {
+            s.master_port() == Some(replica)
+                && redis::cmd("ROLE")
+                    .query::<Vec<redis::Value>>(&mut s.replica.connection())
+                    .ok()
+                    .and_then(|role| role.first().cloned())
+                    == Some(redis::Value::BulkString(b"master".to_vec()))
+        });
+    }
+
+    fn master_port(&self) -> Option<u16> {
+        let sentinel = self.sentinels.first()?;
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(Self::MASTER)
+            .query(&mut sentinel.connection())
+            .ok()?;
+        Some(port)
+    }
+
+    fn is_settled(&self) -> bool {
+        let replication: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut self.replica.connection())
+            .unwrap_or_default();
+        replication.contains("master_link_status:up")
+            && self.sentinels.iter().all(|sentinel| {
+                let mut connection = sentinel.connection();
+                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("REPLICAS")
+                    .arg(Self::MASTER)
+                    .query(&mut connection)
+                    .unwrap_or_default();
+                let others: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("SENTINELS")
+                    .arg(Self::MASTER)
+                    .query(&mut connection)
+                    .unwrap_or_default();
+                replicas.len() == 1 && others.len() == 2
+            })
+    }
+
+    fn wait(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            if started.elapsed() > SETTLE_WITHIN {
+                let logs: Vec<String> = self.sentinels.iter().map(RedisServer::log).collect();
+                panic!(
+                    "waited {SETTLE_WITHIN:?} for {what}. Sentinel logs:\n{}",
+                    logs.join("\n")
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

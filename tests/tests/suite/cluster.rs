@@ -1,0 +1,103 @@
+//! The same limiter on a real Redis Cluster (3 primaries, 3 replicas).
+
+use std::time::Duration;
+
+use deadpool_redis::redis;
+use redlimit::{Algorithm, Limiter, RedisBackend};
+use redlimit_tests::RedisCluster;
+
+use crate::{
+    concurrency::exactly_the_limit,
+    failover::{assert_survived, checks_through_failover, guarded},
+    multi_policy::all_or_nothing,
+    support::{T0, at_ms, policy},
+    vectors::{TABLES, check_table},
+};
+
+fn limiter(cluster: &RedisCluster) -> Limiter {
+    let backend = RedisBackend::cluster(cluster.urls())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("valid urls");
+    Limiter::new(backend)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_vectors_and_several_policies_on_the_cluster() {
+    let cluster = RedisCluster::start();
+    let limiter = limiter(&cluster);
+    for table in TABLES {
+        check_table(&limiter, "cluster", table).await;
+    }
+    all_or_nothing(&limiter, "cluster").await;
+    // Every node forgets the script and the state (a restart would too): EVAL answers
+    // NOSCRIPT on each.
+    for port in cluster.primaries() {
+        let mut connection = cluster.connection(port);
+        redlimit_tests::flush_all(&mut connection);
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut connection)
+            .expect("SCRIPT FLUSH");
+    }
+    for table in TABLES {
+        check_table(&limiter, "cluster after SCRIPT FLUSH", table).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_clients_spread_over_all_three_primaries() {
+    let cluster = RedisCluster::start();
+    let limiter = limiter(&cluster);
+    let p = policy(Algorithm::FixedWindow, 10, 60_000, None);
+    let both = [p, policy(Algorithm::Gcra, 10, 60_000, None)];
+    for client in 0..10_000 {
+        let d = limiter
+            .check_at(&both, &format!("client-{client}"), 1, at_ms(T0))
+            .await
+            .expect("no CROSSSLOT: both policies of a client share its slot");
+        assert!(d.iter().all(|d| d.allowed));
+    }
+    let primaries = cluster.primaries();
+    assert_eq!(primaries.len(), 3);
+    let mut counts = Vec::new();
+    for port in primaries {
+        let keys: u64 = redis::cmd("DBSIZE")
+            .query(&mut cluster.connection(port))
+            .expect("DBSIZE");
+        counts.push(keys);
+    }
+    println!("keys per primary: {counts:?}");
+    assert_eq!(
+        counts.iter().sum::<u64>(),
+        20_000,
+        "two keys per client: {counts:?}"
+    );
+    // An even spread is 6 667 each; hashing keeps every node near it.
+    assert!(counts.iter().all(|&c| c > 5_000), "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_limiters_on_the_cluster_admit_exactly_the_limit() {
+    let cluster = RedisCluster::start();
+    exactly_the_limit(|| limiter(&cluster)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_primary_is_replaced_and_no_check_hangs() {
+    let cluster = RedisCluster::start();
+    let guard = guarded(limiter(&cluster));
+    let key = guard.limiter().keys().key(&guard.policies()[0], "hot");
+    let old = cluster.primary_of(&key).expect("a primary serves the key");
+    let (seen, cluster) = checks_through_failover(guard, "hot", move || {
+        let mut cluster = cluster;
+        cluster.kill(old);
+        let new = cluster.wait_for_new_primary(&key, old);
+        assert_ne!(new, old);
+        cluster
+    })
+    .await;
+    println!("cluster failover: {seen:?}");
+    assert_survived(&seen, "cluster");
+    drop(cluster);
+}
