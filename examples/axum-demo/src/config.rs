@@ -13,8 +13,12 @@ pub struct Config {
     /// Where to serve. Defaults to `127.0.0.1:3000`.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
-    /// Redis to share limits through; absent: the in-memory backend.
+    /// A standalone Redis to share limits through.
     pub redis_url: Option<String>,
+    /// Seed URLs of a Redis Cluster to share limits through.
+    pub redis_cluster: Option<Vec<String>>,
+    /// Sentinels and the name of the primary they watch.
+    pub redis_sentinel: Option<Sentinel>,
     /// Proxy networks whose forwarding headers are believed.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
@@ -30,6 +34,34 @@ pub struct Config {
     /// The limited routes.
     #[serde(rename = "route", default)]
     pub routes: Vec<Route>,
+}
+
+/// The `redis_sentinel` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sentinel {
+    /// The sentinels' URLs, such as `redis://127.0.0.1:26379`.
+    pub urls: Vec<String>,
+    /// The name the sentinels know the primary by.
+    pub master: String,
+}
+
+/// Where limits are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Store {
+    /// This process only.
+    Memory,
+    /// A standalone Redis.
+    Redis(String),
+    /// A Redis Cluster.
+    Cluster(Vec<String>),
+    /// A Sentinel-managed primary.
+    Sentinel {
+        /// The sentinels.
+        urls: Vec<String>,
+        /// The primary's name.
+        master: String,
+    },
 }
 
 /// One `[[route]]` table.
@@ -96,8 +128,33 @@ impl Config {
             .unwrap_or_else(|e| unreachable!("the built-in configuration is valid: {e}"))
     }
 
+    /// Where limits are kept: at most one of `redis_url`, `redis_cluster`, `redis_sentinel`.
+    ///
+    /// # Errors
+    /// More than one of them, or an empty list.
+    pub fn store(&self) -> Result<Store, ConfigFileError> {
+        let err = |message: &str| Err(ConfigFileError(message.to_owned()));
+        match (&self.redis_url, &self.redis_cluster, &self.redis_sentinel) {
+            (None, None, None) => Ok(Store::Memory),
+            (Some(url), None, None) => Ok(Store::Redis(url.clone())),
+            (None, Some(urls), None) if urls.is_empty() => {
+                err("redis_cluster: at least one URL is needed")
+            }
+            (None, Some(urls), None) => Ok(Store::Cluster(urls.clone())),
+            (None, None, Some(s)) if s.urls.is_empty() => {
+                err("redis_sentinel.urls: at least one URL is needed")
+            }
+            (None, None, Some(s)) => Ok(Store::Sentinel {
+                urls: s.urls.clone(),
+                master: s.master.clone(),
+            }),
+            _ => err("redis_url, redis_cluster, redis_sentinel: set at most one"),
+        }
+    }
+
     fn validate(&self) -> Result<(), ConfigFileError> {
         let err = |message: String| Err(ConfigFileError(message));
+        self.store()?;
         if !["open", "closed", "local"].contains(&self.failure.as_str()) {
             return err(format!(
                 "failure: {:?} is not open, closed or local",
@@ -317,6 +374,27 @@ mod tests {
                 "listen",
             ),
             ("".to_owned(), "route"),
+            (
+                format!(
+                    "redis_url = \"redis://a\"\nredis_cluster = [\"redis://b\"]\n{}",
+                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
+                ),
+                "redis_cluster",
+            ),
+            (
+                format!(
+                    "redis_cluster = []\n{}",
+                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
+                ),
+                "redis_cluster",
+            ),
+            (
+                format!(
+                    "redis_sentinel = {{ urls = [\"redis://a\"] }}\n{}",
+                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
+                ),
+                "master",
+            ),
         ];
         for (text, field) in cases {
             let err = Config::parse(&text).expect_err(&text);

@@ -10,23 +10,27 @@ use axum::{Extension, Router, http::Uri, routing::get};
 use redlimit::{Decision, FailurePolicy, Limiter, MemoryBackend, RedisBackend};
 use tower_redlimit::{ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
-use self::config::KeyKind;
 pub use self::config::{Config, ConfigFileError};
+use self::config::{KeyKind, Store};
 
 /// The limiter the configuration asks for: Redis when `redis_url` is set, else memory.
 ///
 /// # Errors
 /// An unusable `redis_url`.
 pub fn limiter(config: &Config) -> Result<Limiter, ConfigFileError> {
-    Ok(match &config.redis_url {
-        Some(url) => Limiter::new(
-            RedisBackend::builder(url.as_str())
-                .timeout(Duration::from_millis(config.timeout_ms))
-                .build()
-                .map_err(|e| ConfigFileError(format!("redis_url: {e}")))?,
-        ),
-        None => Limiter::new(MemoryBackend::default()),
-    })
+    let (builder, field) = match config.store()? {
+        Store::Memory => return Ok(Limiter::new(MemoryBackend::default())),
+        Store::Redis(url) => (RedisBackend::builder(url), "redis_url"),
+        Store::Cluster(urls) => (RedisBackend::cluster(urls), "redis_cluster"),
+        Store::Sentinel { urls, master } => {
+            (RedisBackend::sentinel(urls, master), "redis_sentinel")
+        }
+    };
+    let backend = builder
+        .timeout(Duration::from_millis(config.timeout_ms))
+        .build()
+        .map_err(|e| ConfigFileError(format!("{field}: {e}")))?;
+    Ok(Limiter::new(backend))
 }
 
 /// The router: every configured route answers `GET` with 200 and a short body, behind its
@@ -67,9 +71,20 @@ pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
 
 /// A one-line description of the backend, for the start-up banner.
 pub fn backend_description(config: &Config) -> String {
-    match &config.redis_url {
-        Some(url) => format!("redis at {url} (failure policy: {})", config.failure),
-        None => "in-memory (no redis_url configured)".to_owned(),
+    let failure = &config.failure;
+    match config.store() {
+        Ok(Store::Redis(url)) => format!("redis at {url} (failure policy: {failure})"),
+        Ok(Store::Cluster(urls)) => {
+            format!(
+                "redis cluster via {} (failure policy: {failure})",
+                urls.join(", ")
+            )
+        }
+        Ok(Store::Sentinel { urls, master }) => format!(
+            "redis primary {master} via sentinels {} (failure policy: {failure})",
+            urls.join(", ")
+        ),
+        Ok(Store::Memory) | Err(_) => "in-memory (no Redis configured)".to_owned(),
     }
 }
 

@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redlimit_tests::{RedisServer, free_port, http_get};
+use redlimit_tests::{RedisCluster, RedisSentinel, RedisServer, free_port, http_get};
 
 const DEMO: &str = env!("CARGO_BIN_EXE_redlimit-demo");
 
@@ -87,32 +87,64 @@ fn route(algorithm: &str, limit: u64) -> String {
     )
 }
 
+/// 20 requests alternating between two demo processes configured with `store` (TOML lines)
+/// and a limit of 7: how many were admitted.
+async fn admitted_by_two_processes(store: &str, algorithm: &str) -> usize {
+    let config = format!("{store}\ntimeout_ms = 1000\n{}", route(algorithm, 7));
+    let (a, b) = (Demo::start(&config).await, Demo::start(&config).await);
+    let mut admitted = 0;
+    for i in 0..20 {
+        let demo = if i % 2 == 0 { &a } else { &b };
+        let response = http_get(demo.address, "/limited", &[]).await;
+        assert!(
+            response.status == 200 || response.status == 429,
+            "{response:?}"
+        );
+        if response.status == 200 {
+            assert!(response.body.contains("decided by redis"), "{response:?}");
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_demo_processes_sharing_one_redis_admit_exactly_the_limit() {
     let server = RedisServer::start();
+    let store = format!("redis_url = \"{}\"", server.url());
     for algorithm in ["fixed_window", "sliding_window_log", "gcra"] {
-        let config = format!(
-            "redis_url = \"{}\"\ntimeout_ms = 1000\n{}",
-            server.url(),
-            route(algorithm, 7)
+        assert_eq!(
+            admitted_by_two_processes(&store, algorithm).await,
+            7,
+            "{algorithm}"
         );
-        let (a, b) = (Demo::start(&config).await, Demo::start(&config).await);
-        let mut admitted = 0;
-        for i in 0..20 {
-            let demo = if i % 2 == 0 { &a } else { &b };
-            let response = http_get(demo.address, "/limited", &[]).await;
-            assert!(
-                response.status == 200 || response.status == 429,
-                "{response:?}"
-            );
-            if response.status == 200 {
-                assert!(response.body.contains("decided by redis"), "{response:?}");
-                admitted += 1;
-            }
-        }
-        assert_eq!(admitted, 7, "{algorithm}: 20 requests across two processes");
         redlimit_tests::flush_all(&mut server.connection());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_demo_processes_on_a_cluster_or_through_sentinel_admit_exactly_the_limit() {
+    let quoted = |urls: Vec<String>| {
+        urls.iter()
+            .map(|u| format!("\"{u}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let cluster = RedisCluster::start();
+    let store = format!("redis_cluster = [{}]", quoted(cluster.urls()));
+    assert_eq!(
+        admitted_by_two_processes(&store, "sliding_window_counter").await,
+        7
+    );
+    drop(cluster);
+
+    let sentinel = RedisSentinel::start();
+    let store = format!(
+        "redis_sentinel = {{ urls = [{}], master = \"{}\" }}",
+        quoted(sentinel.urls()),
+        RedisSentinel::MASTER
+    );
+    assert_eq!(admitted_by_two_processes(&store, "token_bucket").await, 7);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
