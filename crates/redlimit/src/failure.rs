@@ -12,8 +12,8 @@ use std::{
 };
 
 use crate::{
-    ConfigError, Decision, Error, ErrorKind, Limiter, MemoryBackend, Policy, Reason, RetryAfter,
-    Timestamp,
+    BlockCache, ConfigError, Decision, Error, ErrorKind, Limiter, MemoryBackend, Policy, Reason,
+    RetryAfter, Timestamp,
 };
 
 /// What a [`GuardedLimiter`] answers when its backend fails, times out, or its circuit is open.
@@ -209,6 +209,7 @@ pub struct GuardedLimiter {
     budget: Duration,
     stats: Arc<Stats>,
     clock: Option<Clock>,
+    blocks: Option<Arc<BlockCache>>,
 }
 
 /// A source of explicit check times, for tests and replays; see [`GuardedLimiter::clock`].
@@ -254,6 +255,7 @@ impl GuardedLimiter {
             budget: Duration::from_millis(50),
             stats: Arc::default(),
             clock: None,
+            blocks: Some(Arc::default()),
         })
     }
 
@@ -276,6 +278,15 @@ impl GuardedLimiter {
     #[must_use]
     pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
         self.breaker = Arc::new(breaker);
+        self
+    }
+
+    /// Denies clients known to be over their limit locally, with no backend call; see
+    /// [`BlockCache`]. Defaults to `Some(BlockCache::default())`; `None` sends every check to
+    /// the backend.
+    #[must_use]
+    pub fn block_cache(mut self, cache: Option<BlockCache>) -> Self {
+        self.blocks = cache.map(Arc::new);
         self
     }
 
@@ -310,10 +321,28 @@ impl GuardedLimiter {
     /// Checks one request of `cost` by `client` against every policy. Never fails: when the
     /// backend does, the failure policy decides and [`Checked::error`] says why.
     pub async fn check(&self, client: &str, cost: u64) -> Checked {
+        let sent_us = self.local_now_us();
+        // A cost no policy can ever grant gets its "never" from the backend, not a wait.
+        let grantable = self.policies.iter().all(|p| cost <= p.capacity());
+        if let Some(decisions) = self
+            .blocks
+            .as_ref()
+            .filter(|_| grantable)
+            .and_then(|blocks| blocks.blocked(client, cost, sent_us))
+        {
+            self.count(&decisions);
+            return Checked {
+                decisions,
+                error: None,
+            };
+        }
         let error = if self.breaker.permit() {
             match self.backend_check(client, cost).await {
                 Ok(decisions) => {
                     self.breaker.record(true);
+                    if let Some(blocks) = &self.blocks {
+                        blocks.record(client, cost, sent_us, &decisions);
+                    }
                     self.count(&decisions);
                     return Checked {
                         decisions,
@@ -333,6 +362,15 @@ impl GuardedLimiter {
         let decisions = self.fail(client, cost).await;
         self.count(&decisions);
         Checked { decisions, error }
+    }
+
+    /// Microseconds on the clock block times are kept in: the explicit clock if there is one,
+    /// else a monotonic one.
+    fn local_now_us(&self) -> u64 {
+        match &self.clock {
+            Some(clock) => clock().as_micros(),
+            None => u64::try_from(process_start().elapsed().as_micros()).unwrap_or(u64::MAX),
+        }
     }
 
     async fn backend_check(&self, client: &str, cost: u64) -> Result<Vec<Decision>, Error> {
@@ -382,6 +420,11 @@ impl GuardedLimiter {
             self.stats.count(first.reason);
         }
     }
+}
+
+fn process_start() -> Instant {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *START.get_or_init(Instant::now)
 }
 
 impl Decision {

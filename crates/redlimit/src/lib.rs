@@ -34,6 +34,7 @@
 
 mod algorithm;
 mod backend;
+mod block_cache;
 mod config_error;
 mod decision;
 mod error;
@@ -45,6 +46,7 @@ mod timestamp;
 
 pub use self::{
     backend::{Backend, MemoryBackend, MemoryBackendBuilder, RedisBackend, RedisBackendBuilder},
+    block_cache::BlockCache,
     config_error::ConfigError,
     decision::{Decision, Reason, RetryAfter},
     error::{Error, ErrorKind},

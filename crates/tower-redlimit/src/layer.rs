@@ -3,7 +3,8 @@ use std::{fmt, sync::Arc, time::Duration};
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header, request::Parts};
 use redlimit::{
-    CircuitBreaker, Clock, ConfigError, Decision, FailurePolicy, GuardedLimiter, Limiter, Policy,
+    BlockCache, CircuitBreaker, Clock, ConfigError, Decision, FailurePolicy, GuardedLimiter,
+    Limiter, Policy,
 };
 use tower_layer::Layer;
 
@@ -130,6 +131,14 @@ impl RateLimitLayer {
     /// Stops calling a failing backend for a while. Defaults to [`CircuitBreaker::default`].
     pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
         self.guard = self.guard.circuit_breaker(breaker);
+        self
+    }
+
+    /// Denies clients known to be over their limit without asking Redis, until the wait it
+    /// reported is over; see [`BlockCache`]. Defaults to on (`BlockCache::default()`); `None`
+    /// turns it off.
+    pub fn block_cache(mut self, cache: Option<BlockCache>) -> Self {
+        self.guard = self.guard.block_cache(cache);
         self
     }
 

@@ -1,5 +1,6 @@
 //! Every test that needs a real redis-server. One binary, so the suite links once.
 
+mod block_cache;
 mod cluster;
 mod concurrency;
 mod corrupt;
