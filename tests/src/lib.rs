@@ -7,12 +7,14 @@
 //! saying how to install it; they never pass silently.
 
 mod cluster;
+mod commands;
 mod http;
 mod sentinel;
 mod server;
 
 pub use self::{
     cluster::RedisCluster,
+    commands::{command_calls, commands_sent},
     http::{HttpResponse, TestClock, http_get, serve},
     sentinel::RedisSentinel,
     server::{RedisServer, flush_all, free_port, keys_without_ttl, redis_server_binary},

@@ -32,6 +32,13 @@
 //! # }).unwrap();
 //! ```
 
+/// The Lua source of the check script that the Redis backend runs with `EVALSHA`: every
+/// algorithm, one entry point. `KEYS`: one key per policy (see [`KeyScheme`]); `ARGV`: the time
+/// in microseconds or empty for Redis `TIME`, the cost, then per policy its algorithm tag,
+/// limit, window in milliseconds and burst. For preloading with `SCRIPT LOAD`, or for measuring
+/// against.
+pub const SCRIPT: &str = backend::script::SOURCE;
+
 mod algorithm;
 mod backend;
 mod block_cache;

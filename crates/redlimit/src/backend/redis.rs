@@ -51,6 +51,9 @@ struct Inner {
     sha1: String,
     timeout: Duration,
     shared: Mutex<Shared>,
+    /// Lets one check at a time fetch a connection, so a burst of first checks does not check
+    /// out (and then recycle, with a `PING` each) a connection apiece.
+    connecting: tokio::sync::Mutex<()>,
 }
 
 /// The connection in use, and a generation so a late failure cannot discard its replacement.
@@ -170,16 +173,25 @@ impl RedisBackend {
     }
 
     async fn connection(&self) -> Result<(impl ConnectionLike + use<>, u64), Error> {
-        {
-            let shared = self.lock();
-            if let Some(held) = &shared.held {
-                return Ok((held.conn(), shared.generation));
-            }
+        if let Some(held) = self.held() {
+            return Ok(held);
+        }
+        let _only_one = self.inner.connecting.lock().await;
+        if let Some(held) = self.held() {
+            return Ok(held);
         }
         let fresh = self.inner.pools.get().await?;
         let mut shared = self.lock();
         let conn: Conn = shared.held.get_or_insert(fresh).conn();
         Ok((conn, shared.generation))
+    }
+
+    fn held(&self) -> Option<(Conn, u64)> {
+        let shared = self.lock();
+        shared
+            .held
+            .as_ref()
+            .map(|held| (held.conn(), shared.generation))
     }
 
     fn discard(&self, generation: u64) {
@@ -243,6 +255,7 @@ impl RedisBackendBuilder {
                 sha1: script::sha1(),
                 timeout: self.timeout,
                 shared: Mutex::default(),
+                connecting: tokio::sync::Mutex::default(),
             }),
         })
     }

@@ -9,7 +9,7 @@ use crate::{
     policy::MAX_EXACT,
 };
 
-const SOURCE: &str = concat!(
+pub(crate) const SOURCE: &str = concat!(
     include_str!("../../../../lua/prelude.lua"),
     include_str!("../../../../lua/fixed_window.lua"),
     include_str!("../../../../lua/sliding_window_log.lua"),

@@ -1,0 +1,97 @@
+//! A flood: one client sends 90% of the traffic, far over its limit. With the local block cache
+//! its denials cost no Redis command.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+use redlimit::{Algorithm, BlockCache, GuardedLimiter};
+use redlimit_tests::{command_calls, commands_sent};
+
+use crate::{
+    Settings,
+    decisions::{admin, policy, redis_limiter},
+    drive::drive,
+    report::{Row, Tally},
+};
+
+struct Flood {
+    guard: GuardedLimiter,
+    hot_allowed: AtomicU64,
+    others_allowed: AtomicU64,
+}
+
+pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
+    let mut admin = admin(url);
+    let contenders: Vec<(&str, Arc<Flood>)> = [("flood_cache", true), ("flood_no_cache", false)]
+        .into_iter()
+        .map(|(name, cache)| {
+            let guard = GuardedLimiter::new(
+                redis_limiter(url, name),
+                [policy(Algorithm::FixedWindow, 100)],
+            )
+            .expect("valid")
+            .budget(std::time::Duration::from_secs(2))
+            .block_cache(cache.then(BlockCache::default));
+            let flood = Flood {
+                guard,
+                hot_allowed: AtomicU64::new(0),
+                others_allowed: AtomicU64::new(0),
+            };
+            (name, Arc::new(flood))
+        })
+        .collect();
+    let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
+    let mut tallies: Vec<Tally> = contenders.iter().map(|_| Tally::default()).collect();
+    let per_round = settings.decisions / settings.rounds;
+    for round in 0..settings.rounds {
+        for ((_, flood), tally) in contenders.iter().zip(&mut tallies) {
+            let before = command_calls(&mut admin);
+            let (flood, clients) = (Arc::clone(flood), Arc::clone(&clients));
+            let op = Arc::new(move |key: usize| {
+                let (flood, clients) = (Arc::clone(&flood), Arc::clone(&clients));
+                async move {
+                    // 9 in 10 requests come from the one hot client.
+                    let hot = key % 10 != 0;
+                    let client = if hot { "hot" } else { clients[key].as_str() };
+                    let allowed = flood.guard.check(client, 1).await.allowed();
+                    let counter = if hot {
+                        &flood.hot_allowed
+                    } else {
+                        &flood.others_allowed
+                    };
+                    counter.fetch_add(u64::from(allowed), Ordering::Relaxed);
+                }
+            });
+            let (latencies, elapsed) = drive(
+                op,
+                per_round,
+                settings.concurrency,
+                settings.keys,
+                round * per_round,
+            )
+            .await;
+            tally.add(
+                latencies,
+                elapsed,
+                commands_sent(&before, &command_calls(&mut admin)),
+            );
+        }
+    }
+    contenders
+        .iter()
+        .zip(tallies)
+        .map(|((name, flood), tally)| {
+            let mut row = tally.row("flood", name, true, None);
+            row.extra = vec![
+                ("hot_allowed", flood.hot_allowed.load(Ordering::Relaxed)),
+                (
+                    "others_allowed",
+                    flood.others_allowed.load(Ordering::Relaxed),
+                ),
+            ];
+            row
+        })
+        .collect()
+}

@@ -1,0 +1,172 @@
+//! Requests per second of an axum hello-world, bare and behind the layer, with a load generator
+//! on loopback keep-alive connections.
+
+use std::{net::SocketAddr, sync::Arc, time::Instant};
+
+use axum::{Router, routing::get};
+use redlimit::{Algorithm, Limiter, MemoryBackend};
+use redlimit_tests::{command_calls, commands_sent};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    sync::Mutex,
+};
+use tower_redlimit::{HeaderKey, RateLimitLayer};
+
+use crate::{
+    Settings,
+    decisions::{admin, policy, redis_limiter},
+    report::{Row, Tally},
+};
+
+fn app(limiter: Option<Limiter>) -> Router {
+    let router = Router::new().route("/", get(|| async { "hello" }));
+    match limiter {
+        None => router,
+        Some(limiter) => router.layer(
+            RateLimitLayer::new(limiter, [policy(Algorithm::FixedWindow, 100)])
+                .expect("a valid layer")
+                .key(HeaderKey::new("x-client").expect("a valid header"))
+                .timeout(std::time::Duration::from_secs(2)),
+        ),
+    }
+}
+
+/// Serves the three apps on the server runtime; returns their addresses.
+pub(crate) fn start_servers(
+    server: &tokio::runtime::Runtime,
+    url: &str,
+) -> Vec<(&'static str, SocketAddr)> {
+    let apps = [
+        ("http_bare", app(None)),
+        (
+            "http_memory",
+            app(Some(Limiter::new(MemoryBackend::default()))),
+        ),
+        ("http_redis", app(Some(redis_limiter(url, "http")))),
+    ];
+    apps.into_iter()
+        .map(|(name, router)| {
+            let address = server.block_on(async {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                let address = listener.local_addr().expect("address");
+                tokio::spawn(async move { axum::serve(listener, router).await });
+                address
+            });
+            (name, address)
+        })
+        .collect()
+}
+
+/// One keep-alive connection that sends `GET /` and reads whole responses.
+struct Connection {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    async fn open(address: SocketAddr) -> Self {
+        let stream = TcpStream::connect(address).await.expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        Self {
+            stream,
+            buffer: Vec::with_capacity(1024),
+        }
+    }
+
+    async fn get(&mut self, client: &str) -> u16 {
+        let request = format!("GET / HTTP/1.1\r\nhost: bench\r\nx-client: {client}\r\n\r\n");
+        self.stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("write");
+        self.buffer.clear();
+        let mut chunk = [0_u8; 1024];
+        loop {
+            if let Some(end) = find(&self.buffer, b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buffer[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if self.buffer.len() >= end + 4 + length {
+                    return head
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                }
+            }
+            let read = self.stream.read(&mut chunk).await.expect("read");
+            assert!(read > 0, "the server closed the connection");
+            self.buffer.extend_from_slice(&chunk[..read]);
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+pub(crate) async fn run(
+    url: &str,
+    servers: &[(&'static str, SocketAddr)],
+    settings: &Settings,
+) -> Vec<Row> {
+    let mut admin = admin(url);
+    let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
+    let mut tallies: Vec<Tally> = servers.iter().map(|_| Tally::default()).collect();
+    let per_round = settings.decisions / settings.rounds;
+    let per_task = per_round / settings.concurrency;
+    for round in 0..settings.rounds {
+        for ((_, address), tally) in servers.iter().zip(&mut tallies) {
+            let mut connections = Vec::new();
+            for _ in 0..settings.concurrency {
+                connections.push(Arc::new(Mutex::new(Connection::open(*address).await)));
+            }
+            let before = command_calls(&mut admin);
+            let started = Instant::now();
+            let tasks: Vec<_> = connections
+                .into_iter()
+                .enumerate()
+                .map(|(task, connection)| {
+                    let clients = Arc::clone(&clients);
+                    let concurrency = settings.concurrency;
+                    let keys = settings.keys;
+                    tokio::spawn(async move {
+                        let mut connection = connection.lock().await;
+                        let mut latencies = Vec::with_capacity(per_task);
+                        for j in 0..per_task {
+                            let key = (round * per_round + task + j * concurrency) % keys;
+                            let begun = Instant::now();
+                            let status = connection.get(&clients[key]).await;
+                            assert_eq!(status, 200, "every request is within its limit");
+                            latencies.push(
+                                u32::try_from(begun.elapsed().as_micros()).unwrap_or(u32::MAX),
+                            );
+                        }
+                        latencies
+                    })
+                })
+                .collect();
+            let mut latencies = Vec::new();
+            for task in tasks {
+                latencies.extend(task.await.expect("a load task panicked"));
+            }
+            let elapsed = started.elapsed();
+            tally.add(
+                latencies,
+                elapsed,
+                commands_sent(&before, &command_calls(&mut admin)),
+            );
+        }
+    }
+    servers
+        .iter()
+        .zip(tallies)
+        .map(|((name, _), tally)| tally.row("http", name, *name == "http_redis", None))
+        .collect()
+}

@@ -1,0 +1,157 @@
+//! `cargo run --release -p redlimit-bench [-- OPTIONS]`: redlimit side by side with a raw
+//! redis-rs baseline on the same Redis, in one run. Prints a table per mode and one JSON line per
+//! contender. Without `--redis URL` it starts its own `redis-server` on a free loopback port.
+
+mod decisions;
+mod drive;
+mod flood;
+mod http;
+mod memory_table;
+mod report;
+
+use std::process::ExitCode;
+
+use redlimit_tests::RedisServer;
+
+const USAGE: &str = "usage: redlimit-bench [--mode all|decisions|http|flood|memory] [--redis URL]
+  [--decisions N] [--concurrency C] [--keys K] [--rounds R] [--workers W]
+defaults: all modes, N = 200000, C = 64, K = 10000, R = 4 rounds, W = 1 tokio worker,
+limit 100 per 60 s, and a redis-server of its own";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    mode: String,
+    redis: Option<String>,
+    pub(crate) decisions: usize,
+    pub(crate) concurrency: usize,
+    pub(crate) keys: usize,
+    pub(crate) rounds: usize,
+    workers: usize,
+}
+
+impl Settings {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut settings = Self {
+            mode: "all".to_owned(),
+            redis: None,
+            decisions: 200_000,
+            concurrency: 64,
+            keys: 10_000,
+            rounds: 4,
+            workers: 1,
+        };
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let number = || {
+                value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{flag}: {value:?} is not a positive number"))
+            };
+            match flag.as_str() {
+                "--mode" => settings.mode = value.clone(),
+                "--redis" => settings.redis = Some(value.clone()),
+                "--decisions" => settings.decisions = number()?,
+                "--concurrency" => settings.concurrency = number()?,
+                "--keys" => settings.keys = number()?,
+                "--rounds" => settings.rounds = number()?,
+                "--workers" => settings.workers = number()?,
+                _ => return Err(format!("unknown option {flag}")),
+            }
+        }
+        if !["all", "decisions", "http", "flood", "memory"].contains(&settings.mode.as_str()) {
+            return Err(format!("--mode: {:?} is not a mode", settings.mode));
+        }
+        Ok(settings)
+    }
+
+    fn runs(&self, mode: &str) -> bool {
+        self.mode == "all" || self.mode == mode
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let settings = match Settings::parse(&args) {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("redlimit-bench: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let own_server = settings.redis.is_none().then(RedisServer::start);
+    let url = settings
+        .redis
+        .clone()
+        .or_else(|| own_server.as_ref().map(RedisServer::url))
+        .unwrap_or_default();
+    let runtime = |name: &str| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(settings.workers)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    };
+    let load = runtime("bench-load");
+    let server = runtime("bench-server");
+    println!(
+        "redlimit-bench: redis {url}{}; tokio workers: {} (load) + {} (http server); \
+         N = {}, C = {}, K = {}, {} interleaved rounds; limit 100 per 60 s; {} cores",
+        if own_server.is_some() {
+            " (started by the bench)"
+        } else {
+            ""
+        },
+        settings.workers,
+        settings.workers,
+        settings.decisions,
+        settings.concurrency,
+        settings.keys,
+        settings.rounds,
+        std::thread::available_parallelism().map_or(0, usize::from),
+    );
+    if settings.runs("decisions") {
+        let rows = load.block_on(decisions::run(&url, &settings));
+        report::print(
+            "decisions (one check per call, over K keys)",
+            &rows,
+            "raw_baseline",
+        );
+    }
+    if settings.runs("http") {
+        let servers = http::start_servers(&server, &url);
+        let rows = load.block_on(http::run(&url, &servers, &settings));
+        report::print(
+            "http (axum hello-world, keep-alive loopback)",
+            &rows,
+            "http_bare",
+        );
+    }
+    if settings.runs("flood") {
+        let rows = load.block_on(flood::run(&url, &settings));
+        report::print(
+            "flood (90% of checks from one client over its limit)",
+            &rows,
+            "flood_no_cache",
+        );
+    }
+    if settings.runs("memory") || settings.runs("decisions") {
+        let growth = load.block_on(memory_table::sliding_log_growth(&url));
+        println!("\nsliding_window_log: Redis bytes per key filled to its limit");
+        for (limit, bytes) in growth {
+            println!("  limit {limit:>6}: {bytes:>9.0} bytes");
+            println!(
+                "{{\"mode\":\"memory\",\"contender\":\"sliding_window_log_{limit}\",\"bytes_per_key\":{bytes:.0}}}"
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
