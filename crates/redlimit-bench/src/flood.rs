@@ -53,7 +53,7 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
                 let (flood, clients) = (Arc::clone(&flood), Arc::clone(&clients));
                 async move {
                     // 9 in 10 requests come from the one hot client.
-                    let hot = key % 10 != 0;
+                    let hot = !key.is_multiple_of(10);
                     let client = if hot { "hot" } else { clients[key].as_str() };
                     let allowed = flood.guard.check(client, 1).await.allowed();
                     let counter = if hot {

@@ -161,7 +161,7 @@ mod tests {
             remaining: 0,
             reset_after: Duration::from_millis(retry_ms),
             retry_after: Some(RetryAfter::After(Duration::from_millis(retry_ms))),
-            policy: "p".to_owned(),
+            policy: "p".into(),
             reason: Reason::Redis,
         }
     }

@@ -1,4 +1,4 @@
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 /// The answer to one check of one policy.
 ///
@@ -20,7 +20,7 @@ pub struct Decision {
     /// [`RetryAfter::Never`] when the cost is larger than the policy ever grants.
     pub retry_after: Option<RetryAfter>,
     /// The policy's name.
-    pub policy: String,
+    pub policy: Arc<str>,
     /// Which path decided.
     pub reason: Reason,
 }

@@ -89,6 +89,9 @@ impl CircuitBreaker {
     /// Whether a check may call the backend now.
     fn permit(&self) -> bool {
         let mut state = self.lock();
+        if let Circuit::Closed { .. } = *state {
+            return true;
+        }
         let now = Instant::now();
         match *state {
             Circuit::Closed { .. } => true,
@@ -321,21 +324,10 @@ impl GuardedLimiter {
     /// Checks one request of `cost` by `client` against every policy. Never fails: when the
     /// backend does, the failure policy decides and [`Checked::error`] says why.
     pub async fn check(&self, client: &str, cost: u64) -> Checked {
-        let sent_us = self.local_now_us();
-        // A cost no policy can ever grant gets its "never" from the backend, not a wait.
-        let grantable = self.policies.iter().all(|p| cost <= p.capacity());
-        if let Some(decisions) = self
-            .blocks
-            .as_ref()
-            .filter(|_| grantable)
-            .and_then(|blocks| blocks.blocked(client, cost, sent_us))
-        {
-            self.count(&decisions);
-            return Checked {
-                decisions,
-                error: None,
-            };
+        if let Some(checked) = self.check_now(client, cost) {
+            return checked;
         }
+        let sent_us = self.local_now_us();
         let error = if self.breaker.permit() {
             match self.backend_check(client, cost).await {
                 Ok(decisions) => {
@@ -364,6 +356,28 @@ impl GuardedLimiter {
         Checked { decisions, error }
     }
 
+    /// The check, answered without waiting when it can be: on the memory backend, or when the
+    /// client is blocked locally (see [`BlockCache`]). `None` means the backend must be asked:
+    /// call [`check`](Self::check).
+    pub fn check_now(&self, client: &str, cost: u64) -> Option<Checked> {
+        let now = self.clock.as_ref().map(|clock| clock());
+        let decisions = match self.limiter.run_now(&self.policies, client, cost, now) {
+            Some(Ok(decisions)) => decisions,
+            // Policies are validated when the guard is built: only a remote backend is left.
+            Some(Err(_)) | None => {
+                // A cost no policy can ever grant gets its "never" from the backend.
+                let grantable = self.policies.iter().all(|p| cost <= p.capacity());
+                let blocks = self.blocks.as_ref().filter(|_| grantable)?;
+                blocks.blocked(client, cost, self.local_now_us())?
+            }
+        };
+        self.count(&decisions);
+        Some(Checked {
+            decisions,
+            error: None,
+        })
+    }
+
     /// Microseconds on the clock block times are kept in: the explicit clock if there is one,
     /// else a monotonic one.
     fn local_now_us(&self) -> u64 {
@@ -376,7 +390,8 @@ impl GuardedLimiter {
     async fn backend_check(&self, client: &str, cost: u64) -> Result<Vec<Decision>, Error> {
         let now = self.clock.as_ref().map(|clock| clock());
         let check = self.limiter.run(&self.policies, client, cost, now);
-        if self.budget.is_zero() {
+        // Memory answers at once; only a remote backend needs a timer.
+        if self.budget.is_zero() || matches!(self.limiter.backend(), crate::Backend::Memory(_)) {
             return check.await;
         }
         tokio::time::timeout(self.budget, check)
@@ -435,7 +450,7 @@ impl Decision {
             remaining: policy.limit(),
             reset_after: Duration::ZERO,
             retry_after: None,
-            policy: policy.name().to_owned(),
+            policy: policy.shared_name(),
             reason: Reason::FailOpen,
         }
     }
@@ -447,7 +462,7 @@ impl Decision {
             remaining: 0,
             reset_after: Duration::ZERO,
             retry_after: Some(RetryAfter::After(retry)),
-            policy: policy.name().to_owned(),
+            policy: policy.shared_name(),
             reason: Reason::FailClosed,
         }
     }

@@ -55,18 +55,16 @@ impl KeyScheme {
 
     /// The Redis key holding `policy`'s state for `client`.
     pub fn key(&self, policy: &Policy, client: &str) -> String {
-        let mut key = format!("{}:{}:{{", self.prefix, policy.name());
+        let (name, suffix) = (policy.name(), policy.key_suffix());
+        let mut key =
+            String::with_capacity(self.prefix.len() + name.len() + client.len() + suffix.len() + 8);
+        key.push_str(&self.prefix);
+        key.push(':');
+        key.push_str(name);
+        key.push_str(":{");
         push_client(&mut key, client);
-        let _ = write!(
-            key,
-            "}}:{}:{}:{}",
-            policy.algorithm().tag(),
-            policy.window_ms(),
-            policy.limit()
-        );
-        if policy.algorithm().has_burst() {
-            let _ = write!(key, ":{}", policy.burst());
-        }
+        key.push_str("}:");
+        key.push_str(suffix);
         key
     }
 }

@@ -1,4 +1,4 @@
-use std::{collections::HashSet, time::Duration};
+use std::time::Duration;
 
 use crate::{
     Backend, ConfigError, Decision, Error, ErrorKind, KeyScheme, Policy, Reason, RetryAfter,
@@ -119,37 +119,68 @@ impl Limiter {
         cost: u64,
         now: Option<Timestamp>,
     ) -> Result<Vec<Decision>, Error> {
-        if policies.is_empty() {
-            return Err(Error::new(ErrorKind::InvalidInput, "no policy to check"));
-        }
-        let mut names = HashSet::with_capacity(policies.len());
-        if let Some(twice) = policies.iter().find(|p| !names.insert(p.name())) {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("policy {:?} is checked twice", twice.name()),
-            ));
-        }
-        let keys: Vec<String> = policies.iter().map(|p| self.keys.key(p, client)).collect();
-        let now_us = now.map(Timestamp::as_micros);
-        let (answers, reason) = match &self.backend {
-            Backend::Redis(redis) => (
-                redis.check(policies, &keys, cost, now_us).await?,
-                Reason::Redis,
-            ),
-            Backend::Memory(memory) => {
-                let now_us = now_us.unwrap_or_else(|| Timestamp::now().as_micros());
-                (
-                    memory.check(client, policies, &keys, cost, now_us),
-                    Reason::Memory,
-                )
+        let redis = match &self.backend {
+            Backend::Redis(redis) => redis,
+            Backend::Memory(_) => {
+                return self
+                    .run_now(policies, client, cost, now)
+                    .unwrap_or_else(|| unreachable!("memory answers at once"));
             }
         };
-        Ok(policies
-            .iter()
-            .zip(answers)
-            .map(|(policy, answer)| decision(policy, answer, reason))
-            .collect())
+        validate(policies)?;
+        let keys: Vec<String> = policies.iter().map(|p| self.keys.key(p, client)).collect();
+        let now_us = now.map(Timestamp::as_micros);
+        // Boxed: the Redis future is large, and callers should not carry (and move) its space.
+        let answers = Box::pin(redis.check(policies, &keys, cost, now_us)).await?;
+        Ok(decisions(policies, answers, Reason::Redis))
     }
+
+    /// The check, decided without waiting when the backend can (memory); `None` when it must
+    /// be asked over the network.
+    pub(crate) fn run_now(
+        &self,
+        policies: &[Policy],
+        client: &str,
+        cost: u64,
+        now: Option<Timestamp>,
+    ) -> Option<Result<Vec<Decision>, Error>> {
+        let Backend::Memory(memory) = &self.backend else {
+            return None;
+        };
+        if let Err(err) = validate(policies) {
+            return Some(Err(err));
+        }
+        let keys: Vec<String> = policies.iter().map(|p| self.keys.key(p, client)).collect();
+        let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
+        let answers = memory.check(client, policies, &keys, cost, now_us);
+        Some(Ok(decisions(policies, answers, Reason::Memory)))
+    }
+}
+
+fn validate(policies: &[Policy]) -> Result<(), Error> {
+    if policies.is_empty() {
+        return Err(Error::new(ErrorKind::InvalidInput, "no policy to check"));
+    }
+    // Checks name few policies: comparing pairs costs less than hashing.
+    let twice = policies
+        .iter()
+        .enumerate()
+        .find(|(i, p)| policies[..*i].iter().any(|q| q.name() == p.name()));
+    if let Some((_, twice)) = twice {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("policy {:?} is checked twice", twice.name()),
+        ));
+    }
+    Ok(())
+}
+
+fn decisions(policies: &[Policy], answers: Vec<Answer>, reason: Reason) -> Vec<Decision> {
+    policies
+        .iter()
+        .zip(answers)
+        .map(|(policy, answer)| decision(policy, answer, reason))
+        .collect()
 }
 
 fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
@@ -162,7 +193,7 @@ fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
             Denial::RetryAfterMs(ms) => RetryAfter::After(Duration::from_millis(ms)),
             Denial::Never => RetryAfter::Never,
         }),
-        policy: policy.name().to_owned(),
+        policy: policy.shared_name(),
         reason,
     }
 }

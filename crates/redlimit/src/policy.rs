@@ -117,11 +117,13 @@ pub struct Policy {
 
 #[derive(Debug, PartialEq, Eq)]
 struct PolicyInner {
-    name: String,
+    name: Arc<str>,
     algorithm: Algorithm,
     limit: u64,
     window_ms: u64,
     burst: u64,
+    /// `algorithm:window:limit[:burst]`, the end of every key of this policy.
+    key_suffix: String,
 }
 
 impl Policy {
@@ -165,6 +167,15 @@ impl Policy {
     /// The largest cost one request can ever be granted. A larger cost is denied for good.
     pub fn capacity(&self) -> u64 {
         self.inner.burst
+    }
+
+    /// The name, shared with every decision of this policy.
+    pub(crate) fn shared_name(&self) -> Arc<str> {
+        Arc::clone(&self.inner.name)
+    }
+
+    pub(crate) fn key_suffix(&self) -> &str {
+        &self.inner.key_suffix
     }
 
     pub(crate) fn window_ms(&self) -> u64 {
@@ -273,13 +284,18 @@ impl PolicyBuilder {
                 max: max_burst,
             });
         }
+        let mut key_suffix = format!("{}:{window_ms}:{limit}", algorithm.tag());
+        if algorithm.has_burst() {
+            key_suffix.push_str(&format!(":{burst}"));
+        }
         Ok(Policy {
             inner: Arc::new(PolicyInner {
-                name: self.name,
+                name: self.name.into(),
                 algorithm,
                 limit,
                 window_ms,
                 burst,
+                key_suffix,
             }),
         })
     }

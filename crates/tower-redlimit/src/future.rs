@@ -51,6 +51,19 @@ pin_project! {
 }
 
 impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
+    /// A check already decided: call the service or answer.
+    pub(crate) fn decided(
+        checked: Checked,
+        service: S,
+        request: Request<B>,
+        grpc: bool,
+        layer: &Arc<RateLimitLayer>,
+    ) -> Self {
+        Self {
+            state: decide(checked, service, request, grpc, layer),
+        }
+    }
+
     pub(crate) fn checking(
         check: CheckFuture,
         service: S,
@@ -87,6 +100,29 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
     }
 }
 
+/// After the check: the service is called with the decision in the request's extensions, or
+/// the request is answered without it.
+fn decide<S: Service<Request<B>>, B>(
+    checked: Checked,
+    mut service: S,
+    mut request: Request<B>,
+    grpc: bool,
+    layer: &Arc<RateLimitLayer>,
+) -> State<S, B> {
+    if !checked.allowed() {
+        return State::Answered {
+            response: Some(layer.reject(&checked.decisions, grpc)),
+        };
+    }
+    if let Some(decision) = headers::most_restrictive(&checked.decisions) {
+        request.extensions_mut().insert(decision.clone());
+    }
+    State::Calling {
+        future: service.call(request),
+        headers: Some((Arc::clone(layer), checked.decisions)),
+    }
+}
+
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
@@ -105,23 +141,10 @@ where
                     layer,
                 } => {
                     let checked = ready!(check.as_mut().poll(cx));
-                    if !checked.allowed() {
-                        let response = layer.reject(&checked.decisions, *grpc);
-                        return Poll::Ready(Ok(response.map(RateLimitBody::rejection)));
-                    }
-                    let mut request = request.take().expect("polled after completion");
-                    if let Some(decision) = headers::most_restrictive(&checked.decisions) {
-                        request.extensions_mut().insert(decision.clone());
-                    }
-                    let future = service
-                        .take()
-                        .expect("polled after completion")
-                        .call(request);
-                    let layer = Arc::clone(layer);
-                    state.set(State::Calling {
-                        future,
-                        headers: Some((layer, checked.decisions)),
-                    });
+                    let service = service.take().expect("polled after completion");
+                    let request = request.take().expect("polled after completion");
+                    let next = decide(checked, service, request, *grpc, layer);
+                    state.set(next);
                 }
                 StateProj::Calling { future, headers } => {
                     let mut response = ready!(future.poll(cx))?;
@@ -129,7 +152,7 @@ where
                         headers::insert(
                             response.headers_mut(),
                             layer.headers,
-                            layer.guard.policies(),
+                            &layer.policy_header,
                             &decisions,
                         );
                     }

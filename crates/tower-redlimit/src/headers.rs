@@ -68,38 +68,47 @@ pub(crate) fn retry_after_secs(decisions: &[Decision]) -> Option<u64> {
         .max()
 }
 
-/// Adds the headers of `style` for `decisions` (one per policy, in order).
+/// The `RateLimit-Policy` value of `policies`, which never changes: `"name";q=100;w=60, …`.
+pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
+    let mut value = String::new();
+    for p in policies {
+        let separator = if value.is_empty() { "" } else { ", " };
+        let _ = write!(
+            value,
+            "{separator}\"{}\";q={};w={}",
+            p.name(),
+            p.limit(),
+            seconds_up(p.window())
+        );
+    }
+    // Policy names are limited to A-Z a-z 0-9 _ - . and the rest are digits: always valid.
+    HeaderValue::try_from(value).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Adds the headers of `style` for `decisions` (one per policy, in order); `policy` is the
+/// policies' [`policy_value`].
 pub(crate) fn insert(
     headers: &mut HeaderMap,
     style: HeaderStyle,
-    policies: &[Policy],
+    policy: &HeaderValue,
     decisions: &[Decision],
 ) {
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let mut policy = String::new();
-        let mut state = String::new();
-        for (p, d) in policies.iter().zip(decisions) {
-            let separator = if policy.is_empty() { "" } else { ", " };
-            let _ = write!(
-                policy,
-                "{separator}\"{}\";q={};w={}",
-                p.name(),
-                p.limit(),
-                seconds_up(p.window())
-            );
-            let _ = write!(
-                state,
-                "{separator}\"{}\";r={};t={}",
-                p.name(),
-                d.remaining,
-                seconds_up(d.reset_after)
-            );
+        // Built by hand: this runs on every response.
+        let mut state = String::with_capacity(32 * decisions.len());
+        for d in decisions {
+            if !state.is_empty() {
+                state.push_str(", ");
+            }
+            state.push('"');
+            state.push_str(&d.policy);
+            state.push_str("\";r=");
+            push_number(&mut state, d.remaining);
+            state.push_str(";t=");
+            push_number(&mut state, seconds_up(d.reset_after));
         }
-        // Policy names are limited to A-Z a-z 0-9 _ - . and the rest are digits: always valid.
-        if let (Ok(policy), Ok(state)) =
-            (HeaderValue::try_from(policy), HeaderValue::try_from(state))
-        {
-            headers.insert(RATELIMIT_POLICY, policy);
+        if let Ok(state) = HeaderValue::try_from(state) {
+            headers.insert(RATELIMIT_POLICY, policy.clone());
             headers.insert(RATELIMIT, state);
         }
     }
@@ -109,6 +118,20 @@ pub(crate) fn insert(
         headers.insert(X_REMAINING, HeaderValue::from(d.remaining));
         headers.insert(X_RESET, HeaderValue::from(seconds_up(d.reset_after)));
     }
+}
+
+fn push_number(out: &mut String, mut n: u64) {
+    let mut digits = [b'0'; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] += u8::try_from(n % 10).unwrap_or(0);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 #[cfg(test)]
@@ -121,5 +144,14 @@ mod tests {
         assert_eq!(seconds_up(Duration::from_millis(1)), 1);
         assert_eq!(seconds_up(Duration::from_millis(1000)), 1);
         assert_eq!(seconds_up(Duration::from_millis(1001)), 2);
+    }
+
+    #[test]
+    fn numbers_are_written_in_full() {
+        for n in [0, 7, 10, 42, 1_000_000, u64::MAX] {
+            let mut out = String::new();
+            push_number(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
     }
 }

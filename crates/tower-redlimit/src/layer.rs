@@ -65,6 +65,8 @@ pub struct RateLimitLayer {
     key: Arc<dyn KeyExtractor>,
     cost: Arc<CostFn>,
     pub(crate) headers: HeaderStyle,
+    /// The `RateLimit-Policy` value, the same on every response.
+    pub(crate) policy_header: HeaderValue,
     problem_json: bool,
     rejection: Option<Arc<RejectionFn>>,
     missing_key: MissingKey,
@@ -91,8 +93,10 @@ impl RateLimitLayer {
         limiter: Limiter,
         policies: impl IntoIterator<Item = Policy>,
     ) -> Result<Self, ConfigError> {
+        let guard = GuardedLimiter::new(limiter, policies)?;
         Ok(Self {
-            guard: GuardedLimiter::new(limiter, policies)?,
+            policy_header: headers::policy_value(guard.policies()),
+            guard,
             key: Arc::new(ClientIp::peer()),
             cost: Arc::new(|_: &Parts| 1),
             headers: HeaderStyle::default(),
@@ -224,7 +228,7 @@ impl RateLimitLayer {
         headers::insert(
             &mut limit_headers,
             self.headers,
-            self.guard.policies(),
+            &self.policy_header,
             decisions,
         );
         for (name, value) in &limit_headers {

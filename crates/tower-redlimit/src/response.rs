@@ -41,7 +41,7 @@ impl Rejected<'_> {
     /// A one-line explanation.
     pub fn message(&self) -> String {
         let denied = most_restrictive(self.decisions);
-        let policy = denied.map_or("", |d| d.policy.as_str());
+        let policy = denied.map_or("", |d| &*d.policy);
         match (self.status(), denied.and_then(|d| d.retry_after)) {
             (StatusCode::SERVICE_UNAVAILABLE, _) => {
                 "rate limiter unavailable; try again later".to_owned()
@@ -79,7 +79,7 @@ pub(crate) fn default_response(rejected: &Rejected<'_>, problem_json: bool) -> R
         let retry = rejected
             .retry_after_secs()
             .map_or_else(String::new, |secs| format!(",\"retry_after\":{secs}"));
-        let policy = most_restrictive(rejected.decisions).map_or("", |d| d.policy.as_str());
+        let policy = most_restrictive(rejected.decisions).map_or("", |d| &*d.policy);
         let body = format!(
             "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{message}\",\"policy\":\"{policy}\"{retry}}}",
             status.canonical_reason().unwrap_or_default(),

@@ -57,14 +57,13 @@ where
             .headers
             .get(header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let request = Request::from_parts(parts, body);
+        // Memory and locally blocked clients are answered at once, without a boxed future.
+        if let Some(checked) = self.layer.guard.check_now(&key, cost) {
+            return ResponseFuture::decided(checked, inner, request, grpc, &self.layer);
+        }
         let layer = Arc::clone(&self.layer);
         let check = Box::pin(async move { layer.guard.check(&key, cost).await });
-        ResponseFuture::checking(
-            check,
-            inner,
-            Request::from_parts(parts, body),
-            grpc,
-            Arc::clone(&self.layer),
-        )
+        ResponseFuture::checking(check, inner, request, grpc, Arc::clone(&self.layer))
     }
 }

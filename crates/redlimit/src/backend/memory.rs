@@ -51,6 +51,16 @@ struct Entry {
     expires_at_us: u64,
 }
 
+impl Entry {
+    fn apply(&mut self, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
+        if self.expires_at_us <= now_us {
+            self.state = None;
+        }
+        algorithm::apply(&mut self.state, update);
+        self.expires_at_us = expires_at_us;
+    }
+}
+
 impl Default for MemoryBackend {
     /// Tracks at most 100,000 keys.
     fn default() -> Self {
@@ -111,6 +121,9 @@ impl MemoryBackend {
         let mut shard = self.shards[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if let ([policy], [key]) = (policies, keys) {
+            return vec![shard.check_one(policy, key, cost, now_us)];
+        }
         let plans: Vec<Plan> = policies
             .iter()
             .zip(keys)
@@ -148,6 +161,36 @@ impl MemoryBackend {
 }
 
 impl Shard {
+    /// One policy: a single lookup decides and writes.
+    fn check_one(&mut self, policy: &Policy, key: &str, cost: u64, now_us: u64) -> Answer {
+        let entry = self.entries.get_mut(key);
+        let state = entry
+            .as_ref()
+            .filter(|entry| entry.expires_at_us > now_us)
+            .and_then(|entry| entry.state.as_ref());
+        let plan = algorithm::plan(policy, state, now_us, cost);
+        let (after, write) = match plan.outcome {
+            Err(denial) => {
+                return Answer {
+                    view: plan.before,
+                    denial: Some(denial),
+                };
+            }
+            Ok(admitted) => admitted,
+        };
+        if let Some(write) = write {
+            let expires_at_us = now_us + write.ttl_ms * 1000;
+            match entry {
+                Some(entry) => entry.apply(write.update, expires_at_us, now_us),
+                None => self.insert(key, write.update, expires_at_us, now_us),
+            }
+        }
+        Answer {
+            view: after,
+            denial: None,
+        }
+    }
+
     /// The key's state unless it has expired.
     fn live(&self, key: &str, now_us: u64) -> Option<&State> {
         self.entries
@@ -157,18 +200,25 @@ impl Shard {
     }
 
     fn write(&mut self, key: &str, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
-        if !self.entries.contains_key(key) && self.entries.len() >= self.capacity {
+        match self.entries.get_mut(key) {
+            Some(entry) => entry.apply(update, expires_at_us, now_us),
+            None => self.insert(key, update, expires_at_us, now_us),
+        }
+    }
+
+    fn insert(&mut self, key: &str, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
+        if self.entries.len() >= self.capacity {
             self.make_room(now_us);
         }
-        let entry = self.entries.entry(key.to_owned()).or_insert(Entry {
-            state: None,
-            expires_at_us,
-        });
-        if entry.expires_at_us <= now_us {
-            entry.state = None;
-        }
-        algorithm::apply(&mut entry.state, update);
-        entry.expires_at_us = expires_at_us;
+        let mut state = None;
+        algorithm::apply(&mut state, update);
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                state,
+                expires_at_us,
+            },
+        );
     }
 
     fn make_room(&mut self, now_us: u64) {
