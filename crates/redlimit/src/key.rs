@@ -1,6 +1,6 @@
 use std::fmt::Write as _;
 
-use crate::{ConfigError, Policy, config_error::validate_name};
+use crate::{ConfigError, Policy, config_error::validate_name, policy::fingerprint};
 
 /// Escaped client keys longer than this are replaced by a hash, so no client can blow up key size.
 const MAX_KEY_LEN: usize = 128;
@@ -31,14 +31,13 @@ const MAX_KEY_LEN: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyScheme {
     prefix: String,
+    fingerprint: u128,
 }
 
 impl Default for KeyScheme {
     /// The prefix `redlimit`.
     fn default() -> Self {
-        Self {
-            prefix: "redlimit".to_owned(),
-        }
+        Self::from_valid("redlimit".to_owned())
     }
 }
 
@@ -50,7 +49,19 @@ impl KeyScheme {
     pub fn new(prefix: impl Into<String>) -> Result<Self, ConfigError> {
         let prefix = prefix.into();
         validate_name("key prefix", &prefix)?;
-        Ok(Self { prefix })
+        Ok(Self::from_valid(prefix))
+    }
+
+    fn from_valid(prefix: String) -> Self {
+        Self {
+            fingerprint: fingerprint(&[&prefix]),
+            prefix,
+        }
+    }
+
+    /// A fingerprint of the prefix, for the memory backend's key ids.
+    pub(crate) fn fingerprint(&self) -> u128 {
+        self.fingerprint
     }
 
     /// The Redis key holding `policy`'s state for `client`.

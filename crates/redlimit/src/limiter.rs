@@ -150,10 +150,15 @@ impl Limiter {
         if let Err(err) = validate(policies) {
             return Some(Err(err));
         }
-        let keys: Vec<String> = policies.iter().map(|p| self.keys.key(p, client)).collect();
         let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
-        let answers = memory.check(client, policies, &keys, cost, now_us);
-        Some(Ok(decisions(policies, answers, Reason::Memory)))
+        Some(Ok(memory.check(
+            &self.keys,
+            client,
+            policies,
+            cost,
+            now_us,
+            |policy, answer| decision(policy, answer, Reason::Memory),
+        )))
     }
 }
 

@@ -124,6 +124,8 @@ struct PolicyInner {
     burst: u64,
     /// `algorithm:window:limit[:burst]`, the end of every key of this policy.
     key_suffix: String,
+    /// A fingerprint of the name and numbers, for the memory backend's key ids.
+    fingerprint: u128,
 }
 
 impl Policy {
@@ -176,6 +178,10 @@ impl Policy {
 
     pub(crate) fn key_suffix(&self) -> &str {
         &self.inner.key_suffix
+    }
+
+    pub(crate) fn fingerprint(&self) -> u128 {
+        self.inner.fingerprint
     }
 
     pub(crate) fn window_ms(&self) -> u64 {
@@ -288,8 +294,10 @@ impl PolicyBuilder {
         if algorithm.has_burst() {
             key_suffix.push_str(&format!(":{burst}"));
         }
+        let fingerprint = fingerprint(&[&self.name, &key_suffix]);
         Ok(Policy {
             inner: Arc::new(PolicyInner {
+                fingerprint,
                 name: self.name.into(),
                 algorithm,
                 limit,
@@ -299,6 +307,19 @@ impl PolicyBuilder {
             }),
         })
     }
+}
+
+/// 128 bits of the SHA-1 of `parts`, each ended by a byte no part holds.
+pub(crate) fn fingerprint(parts: &[&str]) -> u128 {
+    let mut sha1 = sha1_smol::Sha1::new();
+    for part in parts {
+        sha1.update(part.as_bytes());
+        sha1.update(&[0xff]);
+    }
+    let digest = sha1.digest().bytes();
+    let mut first = [0_u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_le_bytes(first)
 }
 
 #[cfg(test)]

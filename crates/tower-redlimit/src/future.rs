@@ -32,12 +32,11 @@ pin_project! {
     where
         S: Service<Request<B>>,
     {
+        // Boxed: only checks that wait for Redis take this state, and the others should not
+        // carry (and move) a whole request's room in their future.
         Checking {
             check: CheckFuture,
-            service: Option<S>,
-            request: Option<Request<B>>,
-            grpc: bool,
-            layer: Arc<RateLimitLayer>,
+            pending: Option<Box<Pending<S, B>>>,
         },
         Calling {
             #[pin]
@@ -54,7 +53,7 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
     /// A check already decided: call the service or answer.
     pub(crate) fn decided(
         checked: Checked,
-        service: S,
+        service: &mut S,
         request: Request<B>,
         grpc: bool,
         layer: &Arc<RateLimitLayer>,
@@ -74,10 +73,12 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
         Self {
             state: State::Checking {
                 check,
-                service: Some(service),
-                request: Some(request),
-                grpc,
-                layer,
+                pending: Some(Box::new(Pending {
+                    service,
+                    request,
+                    grpc,
+                    layer,
+                })),
             },
         }
     }
@@ -100,11 +101,19 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
     }
 }
 
+/// What a check that waits for Redis keeps until it is decided.
+struct Pending<S, B> {
+    service: S,
+    request: Request<B>,
+    grpc: bool,
+    layer: Arc<RateLimitLayer>,
+}
+
 /// After the check: the service is called with the decision in the request's extensions, or
 /// the request is answered without it.
 fn decide<S: Service<Request<B>>, B>(
     checked: Checked,
-    mut service: S,
+    service: &mut S,
     mut request: Request<B>,
     grpc: bool,
     layer: &Arc<RateLimitLayer>,
@@ -133,17 +142,16 @@ where
         let mut state = self.project().state;
         loop {
             match state.as_mut().project() {
-                StateProj::Checking {
-                    check,
-                    service,
-                    request,
-                    grpc,
-                    layer,
-                } => {
+                StateProj::Checking { check, pending } => {
                     let checked = ready!(check.as_mut().poll(cx));
-                    let service = service.take().expect("polled after completion");
-                    let request = request.take().expect("polled after completion");
-                    let next = decide(checked, service, request, *grpc, layer);
+                    let mut pending = *pending.take().expect("polled after completion");
+                    let next = decide(
+                        checked,
+                        &mut pending.service,
+                        pending.request,
+                        pending.grpc,
+                        &pending.layer,
+                    );
                     state.set(next);
                 }
                 StateProj::Calling { future, headers } => {

@@ -39,14 +39,12 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The clone may not be ready: keep the one that is, leave the clone in its place.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
         let (parts, body) = request.into_parts();
         let key = match self.layer.key_of(&parts) {
             Ok(Some(key)) => key,
+            // Unlimited: the service that is ready takes it now.
             Ok(None) => {
-                return ResponseFuture::pass(inner.clone().call(Request::from_parts(parts, body)));
+                return ResponseFuture::pass(self.inner.call(Request::from_parts(parts, body)));
             }
             Err(status) => {
                 return ResponseFuture::ready(RateLimitLayer::missing_key_response(status));
@@ -58,10 +56,15 @@ where
             .get(header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         let request = Request::from_parts(parts, body);
-        // Memory and locally blocked clients are answered at once, without a boxed future.
+        // Memory and locally blocked clients are decided at once: the ready service is called
+        // (or not) now, with no clone and no boxed future.
         if let Some(checked) = self.layer.guard.check_now(&key, cost) {
-            return ResponseFuture::decided(checked, inner, request, grpc, &self.layer);
+            return ResponseFuture::decided(checked, &mut self.inner, request, grpc, &self.layer);
         }
+        // The call waits for Redis. The clone may not be ready: keep the one that is for the
+        // future, leave the clone in its place.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
         let layer = Arc::clone(&self.layer);
         let check = Box::pin(async move { layer.guard.check(&key, cost).await });
         ResponseFuture::checking(check, inner, request, grpc, Arc::clone(&self.layer))

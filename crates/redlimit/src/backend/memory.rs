@@ -2,13 +2,13 @@
 //! memory.
 
 use std::{
-    collections::{HashMap, hash_map::DefaultHasher},
-    hash::{Hash, Hasher},
+    collections::{HashMap, hash_map::RandomState},
+    hash::{BuildHasher, BuildHasherDefault, Hasher},
     sync::{Arc, Mutex, PoisonError},
 };
 
 use crate::{
-    ConfigError, Policy,
+    ConfigError, KeyScheme, Policy,
     algorithm::{self, Plan, State},
 };
 
@@ -37,11 +37,61 @@ const SHARDS: usize = 16;
 #[derive(Debug, Clone)]
 pub struct MemoryBackend {
     shards: Arc<[Mutex<Shard>]>,
+    ids: Arc<KeyIds>,
+}
+
+/// A key's identity: the client's 128-bit id (two independently, randomly keyed SipHashes)
+/// mixed with the policy's. Keys are not stored: a lookup touches no string, and a client cannot
+/// aim for a collision it cannot compute.
+type KeyId = u128;
+
+#[derive(Debug, Default)]
+struct KeyIds {
+    high: RandomState,
+    low: RandomState,
+}
+
+impl KeyIds {
+    fn client(&self, client: &str) -> KeyId {
+        (u128::from(self.high.hash_one(client)) << 64) | u128::from(self.low.hash_one(client))
+    }
+
+    /// Distinct for distinct (prefix, policy, numbers), whatever the client id.
+    fn of(keys: &KeyScheme, policy: &Policy, client: KeyId) -> KeyId {
+        let which = policy.fingerprint() ^ keys.fingerprint().rotate_left(64);
+        client ^ which.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+    }
+
+    /// Every key of one client is in one shard, so a check of several policies takes one lock.
+    fn shard(client: KeyId) -> usize {
+        usize::try_from((client >> 64) % SHARDS as u128).unwrap_or(0)
+    }
+}
+
+/// Key ids are already random: their low bits are the hash.
+#[derive(Debug, Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u128(&mut self, id: u128) {
+        // The low half.
+        self.0 = u64::try_from(id & u128::from(u64::MAX)).unwrap_or(0);
+    }
 }
 
 #[derive(Debug)]
 struct Shard {
-    entries: HashMap<String, Entry>,
+    entries: HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>,
     capacity: usize,
 }
 
@@ -79,12 +129,15 @@ impl MemoryBackend {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
-                    entries: HashMap::new(),
+                    entries: HashMap::default(),
                     capacity: per_shard,
                 })
             })
             .collect();
-        Self { shards }
+        Self {
+            shards,
+            ids: Arc::default(),
+        }
     }
 
     /// How many keys hold state now (including expired ones not yet swept).
@@ -107,54 +160,64 @@ impl MemoryBackend {
 
     /// Checks all `policies` for one client atomically: the client's keys share a shard, whose
     /// lock is held for the whole check.
-    pub(crate) fn check(
+    /// Checks all `policies` for one client atomically and turns each policy's answer into a
+    /// `T` (a decision) on the way out.
+    pub(crate) fn check<T>(
         &self,
+        keys: &KeyScheme,
         client: &str,
         policies: &[Policy],
-        keys: &[String],
         cost: u64,
         now_us: u64,
-    ) -> Vec<Answer> {
-        let mut hasher = DefaultHasher::new();
-        client.hash(&mut hasher);
-        let shard = usize::try_from(hasher.finish() % SHARDS as u64).unwrap_or(0);
-        let mut shard = self.shards[shard]
+        mut finish: impl FnMut(&Policy, Answer) -> T,
+    ) -> Vec<T> {
+        let client = self.ids.client(client);
+        let mut shard = self.shards[KeyIds::shard(client)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let ([policy], [key]) = (policies, keys) {
-            return vec![shard.check_one(policy, key, cost, now_us)];
+        if let [policy] = policies {
+            let id = KeyIds::of(keys, policy, client);
+            return vec![finish(policy, shard.check_one(policy, id, cost, now_us))];
         }
+        let ids: Vec<KeyId> = policies
+            .iter()
+            .map(|policy| KeyIds::of(keys, policy, client))
+            .collect();
         let plans: Vec<Plan> = policies
             .iter()
-            .zip(keys)
-            .map(|(policy, key)| {
-                let state = shard.live(key, now_us);
+            .zip(&ids)
+            .map(|(policy, &id)| {
+                let state = shard.live(id, now_us);
                 algorithm::plan(policy, state, now_us, cost)
             })
             .collect();
         let admitted = plans.iter().all(|plan| plan.outcome.is_ok());
         plans
             .into_iter()
-            .zip(keys)
-            .map(|(plan, key)| match plan.outcome {
-                Err(denial) => Answer {
-                    view: plan.before,
-                    denial: Some(denial),
-                },
-                Ok(_) if !admitted => Answer {
-                    view: plan.before,
-                    denial: None,
-                },
-                Ok((after, write)) => {
-                    if let Some(write) = write {
-                        let expires_at_us = now_us + write.ttl_ms * 1000;
-                        shard.write(key, write.update, expires_at_us, now_us);
-                    }
-                    Answer {
-                        view: after,
+            .zip(ids)
+            .zip(policies)
+            .map(|((plan, id), policy)| {
+                let answer = match plan.outcome {
+                    Err(denial) => Answer {
+                        view: plan.before,
+                        denial: Some(denial),
+                    },
+                    Ok(_) if !admitted => Answer {
+                        view: plan.before,
                         denial: None,
+                    },
+                    Ok((after, write)) => {
+                        if let Some(write) = write {
+                            let expires_at_us = now_us + write.ttl_ms * 1000;
+                            shard.write(id, write.update, expires_at_us, now_us);
+                        }
+                        Answer {
+                            view: after,
+                            denial: None,
+                        }
                     }
-                }
+                };
+                finish(policy, answer)
             })
             .collect()
     }
@@ -162,8 +225,8 @@ impl MemoryBackend {
 
 impl Shard {
     /// One policy: a single lookup decides and writes.
-    fn check_one(&mut self, policy: &Policy, key: &str, cost: u64, now_us: u64) -> Answer {
-        let entry = self.entries.get_mut(key);
+    fn check_one(&mut self, policy: &Policy, id: KeyId, cost: u64, now_us: u64) -> Answer {
+        let entry = self.entries.get_mut(&id);
         let state = entry
             .as_ref()
             .filter(|entry| entry.expires_at_us > now_us)
@@ -182,7 +245,7 @@ impl Shard {
             let expires_at_us = now_us + write.ttl_ms * 1000;
             match entry {
                 Some(entry) => entry.apply(write.update, expires_at_us, now_us),
-                None => self.insert(key, write.update, expires_at_us, now_us),
+                None => self.insert(id, write.update, expires_at_us, now_us),
             }
         }
         Answer {
@@ -192,28 +255,28 @@ impl Shard {
     }
 
     /// The key's state unless it has expired.
-    fn live(&self, key: &str, now_us: u64) -> Option<&State> {
+    fn live(&self, id: KeyId, now_us: u64) -> Option<&State> {
         self.entries
-            .get(key)
+            .get(&id)
             .filter(|entry| entry.expires_at_us > now_us)
             .and_then(|entry| entry.state.as_ref())
     }
 
-    fn write(&mut self, key: &str, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
-        match self.entries.get_mut(key) {
+    fn write(&mut self, id: KeyId, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
+        match self.entries.get_mut(&id) {
             Some(entry) => entry.apply(update, expires_at_us, now_us),
-            None => self.insert(key, update, expires_at_us, now_us),
+            None => self.insert(id, update, expires_at_us, now_us),
         }
     }
 
-    fn insert(&mut self, key: &str, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
+    fn insert(&mut self, id: KeyId, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
         if self.entries.len() >= self.capacity {
             self.make_room(now_us);
         }
         let mut state = None;
         algorithm::apply(&mut state, update);
         self.entries.insert(
-            key.to_owned(),
+            id,
             Entry {
                 state,
                 expires_at_us,
@@ -230,9 +293,9 @@ impl Shard {
             .entries
             .iter()
             .min_by_key(|(_, entry)| entry.expires_at_us)
-            .map(|(key, _)| key.clone());
-        if let Some(key) = soonest {
-            self.entries.remove(&key);
+            .map(|(&id, _)| id);
+        if let Some(id) = soonest {
+            self.entries.remove(&id);
         }
     }
 }
@@ -280,14 +343,15 @@ mod tests {
     }
 
     fn hit(backend: &MemoryBackend, policy: &Policy, client: &str, now_ms: u64) -> Answer {
-        let key = KeyScheme::default().key(policy, client);
+        let keys = KeyScheme::default();
         backend
             .check(
+                &keys,
                 client,
                 std::slice::from_ref(policy),
-                &[key],
                 1,
                 now_ms * 1000,
+                |_, a| a,
             )
             .remove(0)
     }
@@ -334,11 +398,7 @@ mod tests {
             .build()
             .expect("valid");
         let policy = gcra();
-        let shard_of = |client: &str| {
-            let mut hasher = DefaultHasher::new();
-            client.hash(&mut hasher);
-            hasher.finish() % SHARDS as u64
-        };
+        let shard_of = |client: &str| KeyIds::shard(backend.ids.client(client));
         let same: Vec<String> = (0..)
             .map(|i| format!("k{i}"))
             .filter(|c| shard_of(c) == shard_of("k0"))
