@@ -51,8 +51,13 @@ ALGORITHMS.swc = function(key, p, now_us, cost)
   else
     plan.after = quota(curr + cost)
     plan.write = function()
-      redis.call('HSET', key, 'w', str(index), 'p', str(prev), 'c', str(curr + cost))
-      redis.call('PEXPIRE', key, str(2 * window - elapsed))
+      if state[1] == index then
+        -- Same window: the state's deadline (the end of the next window) has not moved.
+        redis.call('HINCRBY', key, 'c', str(cost))
+      else
+        redis.call('HSET', key, 'w', str(index), 'p', str(prev), 'c', str(curr + cost))
+        redis.call('PEXPIRE', key, str(2 * window - elapsed))
+      end
     end
   end
   return plan
