@@ -1,84 +1,73 @@
+//! Bodies of the limiter's own responses.
+
 use std::{
+    convert::Infallible,
     pin::Pin,
     task::{Context, Poll},
 };
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use pin_project_lite::pin_project;
 
-pin_project! {
-    /// The body of a response that passed through [`RateLimit`](crate::RateLimit): the inner
-    /// service's body, or the limiter's own rejection.
-    pub struct RateLimitBody<B> {
-        #[pin]
-        kind: Kind<B>,
+/// A response body the limiter can write its own answers in (a denial's text or JSON, or
+/// nothing for gRPC).
+///
+/// The layer returns the wrapped service's own response type, untouched on the way through: no
+/// wrapper body, no extra boxing. Implemented for axum's and tonic's bodies (features `axum` and
+/// `tonic`) and for [`Bytes`] and `String`; implement it for another body type to use the layer
+/// with it.
+pub trait RejectionBody: Sized {
+    /// A body holding `bytes`.
+    fn from_bytes(bytes: Bytes) -> Self;
+}
+
+#[cfg(feature = "axum")]
+impl RejectionBody for axum::body::Body {
+    fn from_bytes(bytes: Bytes) -> Self {
+        Self::from(bytes)
     }
 }
 
-pin_project! {
-    #[project = KindProj]
-    enum Kind<B> {
-        Inner { #[pin] body: B },
-        Rejection { data: Option<Bytes> },
+#[cfg(feature = "tonic")]
+impl RejectionBody for tonic::body::Body {
+    fn from_bytes(bytes: Bytes) -> Self {
+        Self::new(Full(Some(bytes).filter(|b| !b.is_empty())))
     }
 }
 
-impl<B> RateLimitBody<B> {
-    pub(crate) fn inner(body: B) -> Self {
-        Self {
-            kind: Kind::Inner { body },
-        }
-    }
-
-    pub(crate) fn rejection(data: Bytes) -> Self {
-        Self {
-            kind: Kind::Rejection {
-                data: (!data.is_empty()).then_some(data),
-            },
-        }
+impl RejectionBody for Bytes {
+    fn from_bytes(bytes: Bytes) -> Self {
+        bytes
     }
 }
 
-impl<B> std::fmt::Debug for RateLimitBody<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kind {
-            Kind::Inner { .. } => f.write_str("RateLimitBody::Inner"),
-            Kind::Rejection { data } => f
-                .debug_tuple("RateLimitBody::Rejection")
-                .field(data)
-                .finish(),
-        }
+impl RejectionBody for String {
+    fn from_bytes(bytes: Bytes) -> Self {
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 }
 
-impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
+/// All its data in one frame.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "tonic"), allow(dead_code))]
+struct Full(Option<Bytes>);
+
+impl Body for Full {
     type Data = Bytes;
-    type Error = B::Error;
+    type Error = Infallible;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Rejection { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-        }
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.take().map(|data| Ok(Frame::data(data))))
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
-            Kind::Rejection { data } => data.is_none(),
-        }
+        self.0.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
-            Kind::Rejection { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-        }
+        SizeHint::with_exact(self.0.as_ref().map_or(0, |d| d.len() as u64))
     }
 }

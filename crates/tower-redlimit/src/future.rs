@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use redlimit::{Checked, Decision};
 use tower_service::Service;
 
-use crate::{RateLimitBody, RateLimitLayer, headers};
+use crate::{RateLimitLayer, RejectionBody, headers};
 
 type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
 
@@ -135,8 +135,9 @@ fn decide<S: Service<Request<B>>, B>(
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    ResBody: RejectionBody,
 {
-    type Output = Result<Response<RateLimitBody<ResBody>>, S::Error>;
+    type Output = Result<Response<ResBody>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
@@ -164,11 +165,11 @@ where
                             &decisions,
                         );
                     }
-                    return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
+                    return Poll::Ready(Ok(response));
                 }
                 StateProj::Answered { response } => {
                     let response = response.take().expect("polled after completion");
-                    return Poll::Ready(Ok(response.map(RateLimitBody::rejection)));
+                    return Poll::Ready(Ok(response.map(ResBody::from_bytes)));
                 }
             }
         }

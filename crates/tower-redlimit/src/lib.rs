@@ -36,7 +36,7 @@ mod service;
 #[cfg(feature = "axum")]
 pub use self::key::MatchedRoute;
 pub use self::{
-    body::RateLimitBody,
+    body::RejectionBody,
     future::ResponseFuture,
     headers::{HeaderStyle, most_restrictive},
     key::{Both, ClientIp, Global, HeaderKey, KeyExtractor},

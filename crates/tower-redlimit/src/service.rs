@@ -6,7 +6,7 @@ use std::{
 use http::{Request, Response, header};
 use tower_service::Service;
 
-use crate::{RateLimitBody, RateLimitLayer, future::ResponseFuture};
+use crate::{RateLimitLayer, RejectionBody, future::ResponseFuture};
 
 /// A service limited by a [`RateLimitLayer`].
 #[derive(Debug, Clone)]
@@ -29,8 +29,9 @@ impl<S> RateLimit<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: RejectionBody,
 {
-    type Response = Response<RateLimitBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 
