@@ -5,13 +5,8 @@ use std::sync::Arc;
 
 use deadpool_redis::redis::{self, aio::MultiplexedConnection};
 use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, RedisBackend};
-use redlimit_tests::{command_calls, commands_sent};
 
-use crate::{
-    Settings,
-    drive::drive,
-    report::{Row, Tally},
-};
+use crate::{Settings, drive::interleaved, report::Row};
 
 /// One way of deciding.
 enum Contender {
@@ -136,28 +131,14 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
         )),
     ));
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
-    let mut tallies: Vec<Tally> = contenders.iter().map(|_| Tally::default()).collect();
-    let per_round = settings.decisions / settings.rounds;
-    for round in 0..settings.rounds {
-        for ((_, contender), tally) in contenders.iter().zip(&mut tallies) {
-            let before = command_calls(&mut admin);
-            let (contender, clients) = (Arc::clone(contender), Arc::clone(&clients));
-            let op = Arc::new(move |key: usize| {
-                let (contender, clients) = (Arc::clone(&contender), Arc::clone(&clients));
-                async move { contender.decide(&clients[key]).await }
-            });
-            let (latencies, elapsed) = drive(
-                op,
-                per_round,
-                settings.concurrency,
-                settings.keys,
-                round * per_round,
-            )
-            .await;
-            let commands = commands_sent(&before, &command_calls(&mut admin));
-            tally.add(latencies, elapsed, commands);
+    let tallies = interleaved(&contenders, settings, &mut admin, |(_, contender)| {
+        let (contender, clients) = (Arc::clone(contender), Arc::clone(&clients));
+        move |key: usize| {
+            let (contender, clients) = (Arc::clone(&contender), Arc::clone(&clients));
+            async move { contender.decide(&clients[key]).await }
         }
-    }
+    })
+    .await;
     contenders
         .iter()
         .zip(tallies)

@@ -6,9 +6,50 @@ use std::{
     time::{Duration, Instant},
 };
 
+use deadpool_redis::redis;
+use redlimit_tests::{command_calls, commands_sent};
+
+use crate::{Settings, report::Tally};
+
+/// Runs each contender's share of the decisions in interleaved rounds (so drift on a shared
+/// machine touches all alike), counting the Redis commands each one sends. `op` gives a
+/// contender's operation on a key index.
+pub(crate) async fn interleaved<C, F, Fut>(
+    contenders: &[C],
+    settings: &Settings,
+    admin: &mut redis::Connection,
+    op: impl Fn(&C) -> F,
+) -> Vec<Tally>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let mut tallies: Vec<Tally> = contenders.iter().map(|_| Tally::default()).collect();
+    let per_round = settings.decisions / settings.rounds;
+    for round in 0..settings.rounds {
+        for (contender, tally) in contenders.iter().zip(&mut tallies) {
+            let before = command_calls(admin);
+            let (latencies, elapsed) = drive(
+                Arc::new(op(contender)),
+                per_round,
+                settings.concurrency,
+                settings.keys,
+                round * per_round,
+            )
+            .await;
+            tally.add(
+                latencies,
+                elapsed,
+                commands_sent(&before, &command_calls(admin)),
+            );
+        }
+    }
+    tallies
+}
+
 /// Runs `n` calls of `op` (each given a key index below `keys`) from `concurrency` tasks, and
 /// returns every call's latency in microseconds and the wall time.
-pub(crate) async fn drive<F, Fut>(
+async fn drive<F, Fut>(
     op: Arc<F>,
     n: usize,
     concurrency: usize,

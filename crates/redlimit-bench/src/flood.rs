@@ -7,13 +7,12 @@ use std::sync::{
 };
 
 use redlimit::{Algorithm, BlockCache, GuardedLimiter};
-use redlimit_tests::{command_calls, commands_sent};
 
 use crate::{
     Settings,
     decisions::{admin, policy, redis_limiter},
-    drive::drive,
-    report::{Row, Tally},
+    drive::interleaved,
+    report::Row,
 };
 
 struct Flood {
@@ -43,42 +42,25 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
         })
         .collect();
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
-    let mut tallies: Vec<Tally> = contenders.iter().map(|_| Tally::default()).collect();
-    let per_round = settings.decisions / settings.rounds;
-    for round in 0..settings.rounds {
-        for ((_, flood), tally) in contenders.iter().zip(&mut tallies) {
-            let before = command_calls(&mut admin);
-            let (flood, clients) = (Arc::clone(flood), Arc::clone(&clients));
-            let op = Arc::new(move |key: usize| {
-                let (flood, clients) = (Arc::clone(&flood), Arc::clone(&clients));
-                async move {
-                    // 9 in 10 requests come from the one hot client.
-                    let hot = !key.is_multiple_of(10);
-                    let client = if hot { "hot" } else { clients[key].as_str() };
-                    let allowed = flood.guard.check(client, 1).await.allowed();
-                    let counter = if hot {
-                        &flood.hot_allowed
-                    } else {
-                        &flood.others_allowed
-                    };
-                    counter.fetch_add(u64::from(allowed), Ordering::Relaxed);
-                }
-            });
-            let (latencies, elapsed) = drive(
-                op,
-                per_round,
-                settings.concurrency,
-                settings.keys,
-                round * per_round,
-            )
-            .await;
-            tally.add(
-                latencies,
-                elapsed,
-                commands_sent(&before, &command_calls(&mut admin)),
-            );
+    let tallies = interleaved(&contenders, settings, &mut admin, |(_, flood)| {
+        let (flood, clients) = (Arc::clone(flood), Arc::clone(&clients));
+        move |key: usize| {
+            let (flood, clients) = (Arc::clone(&flood), Arc::clone(&clients));
+            async move {
+                // 9 in 10 requests come from the one hot client.
+                let hot = !key.is_multiple_of(10);
+                let client = if hot { "hot" } else { clients[key].as_str() };
+                let allowed = flood.guard.check(client, 1).await.allowed();
+                let counter = if hot {
+                    &flood.hot_allowed
+                } else {
+                    &flood.others_allowed
+                };
+                counter.fetch_add(u64::from(allowed), Ordering::Relaxed);
+            }
         }
-    }
+    })
+    .await;
     contenders
         .iter()
         .zip(tallies)
