@@ -1,15 +1,10 @@
 //! A real Redis Cluster: 3 primaries and 3 replicas on loopback.
 
-use std::{
-    net::TcpListener,
-    process::Command,
-    thread,
-    time::{Duration, Instant},
-};
+use std::{net::TcpListener, process::Command, time::Duration};
 
 use deadpool_redis::redis;
 
-use crate::{RedisServer, free_port};
+use crate::{RedisServer, free_port, server::settle};
 
 /// How long the cluster may take to form, or to promote a replica.
 const SETTLE_WITHIN: Duration = Duration::from_secs(30);
@@ -169,17 +164,7 @@ impl RedisCluster {
     }
 
     fn wait(&self, what: &str, done: impl Fn(&Self) -> bool) {
-        let started = Instant::now();
-        while !done(self) {
-            if started.elapsed() > SETTLE_WITHIN {
-                let logs: Vec<String> = self.nodes.iter().map(RedisServer::log).collect();
-                panic!(
-                    "waited {SETTLE_WITHIN:?} for {what}. Node logs:\n{}",
-                    logs.join("\n")
-                );
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
+        settle(what, SETTLE_WITHIN, &self.nodes, || done(self));
     }
 }
 

@@ -1,13 +1,10 @@
 //! A real Sentinel set-up: a primary, its replica and 3 sentinels on loopback.
 
-use std::{
-    thread,
-    time::{Duration, Instant},
-};
+use std::time::Duration;
 
 use deadpool_redis::redis;
 
-use crate::{RedisServer, free_port};
+use crate::{RedisServer, free_port, server::settle};
 
 /// How long the set-up may take to settle, or to fail over.
 const SETTLE_WITHIN: Duration = Duration::from_secs(30);
@@ -118,16 +115,6 @@ impl RedisSentinel {
     }
 
     fn wait(&self, what: &str, done: impl Fn(&Self) -> bool) {
-        let started = Instant::now();
-        while !done(self) {
-            if started.elapsed() > SETTLE_WITHIN {
-                let logs: Vec<String> = self.sentinels.iter().map(RedisServer::log).collect();
-                panic!(
-                    "waited {SETTLE_WITHIN:?} for {what}. Sentinel logs:\n{}",
-                    logs.join("\n")
-                );
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
+        settle(what, SETTLE_WITHIN, &self.sentinels, || done(self));
     }
 }

@@ -273,3 +273,20 @@ pub fn keys_without_ttl(connection: &mut redis::Connection) -> (usize, Vec<Strin
 pub fn flush_all(connection: &mut redis::Connection) {
     let _: () = redis::cmd("FLUSHALL").query(connection).expect("FLUSHALL");
 }
+
+/// Polls `done` until it holds; after `within`, panics naming `what` with the logs of `servers`.
+pub(crate) fn settle(
+    what: &str,
+    within: Duration,
+    servers: &[RedisServer],
+    done: impl Fn() -> bool,
+) {
+    let started = Instant::now();
+    while !done() {
+        if started.elapsed() > within {
+            let logs: Vec<String> = servers.iter().map(RedisServer::log).collect();
+            panic!("waited {within:?} for {what}. Logs:\n{}", logs.join("\n"));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
