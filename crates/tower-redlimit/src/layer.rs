@@ -1,4 +1,4 @@
-use std::{fmt, sync::Arc, time::Duration};
+use std::{borrow::Cow, fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header, request::Parts};
@@ -190,11 +190,14 @@ impl RateLimitLayer {
 
     /// The key of a request after the missing-key rule: `Ok(None)` lets it through unlimited,
     /// `Err` is the status to answer with.
-    pub(crate) fn key_of(&self, parts: &Parts) -> Result<Option<String>, StatusCode> {
+    pub(crate) fn key_of<'a>(
+        &'a self,
+        parts: &'a Parts,
+    ) -> Result<Option<Cow<'a, str>>, StatusCode> {
         match (self.key.extract(parts), &self.missing_key) {
             (Some(key), _) => Ok(Some(key)),
             (None, MissingKey::Allow) => Ok(None),
-            (None, MissingKey::Shared(key)) => Ok(Some(key.clone())),
+            (None, MissingKey::Shared(key)) => Ok(Some(Cow::Borrowed(key))),
             (None, MissingKey::Reject(status)) => Err(*status),
         }
     }

@@ -40,34 +40,39 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // Borrowed apart: the key may borrow from the layer while the service is called.
+        let Self { inner, layer } = self;
         let (parts, body) = request.into_parts();
-        let key = match self.layer.key_of(&parts) {
+        let key = match layer.key_of(&parts) {
             Ok(Some(key)) => key,
             // Unlimited: the service that is ready takes it now.
-            Ok(None) => {
-                return ResponseFuture::pass(self.inner.call(Request::from_parts(parts, body)));
-            }
+            Ok(None) => return ResponseFuture::pass(inner.call(Request::from_parts(parts, body))),
             Err(status) => {
                 return ResponseFuture::ready(RateLimitLayer::missing_key_response(status));
             }
         };
-        let cost = self.layer.cost_of(&parts);
+        let cost = layer.cost_of(&parts);
         let grpc = parts
             .headers
             .get(header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        let request = Request::from_parts(parts, body);
         // Memory and locally blocked clients are decided at once: the ready service is called
-        // (or not) now, with no clone and no boxed future.
-        if let Some(checked) = self.layer.guard.check_now(&key, cost) {
-            return ResponseFuture::decided(checked, &mut self.inner, request, grpc, &self.layer);
-        }
+        // (or not) now, with no clone, no boxed future and no copy of the key.
+        let key = match layer.guard.check_now(&key, cost) {
+            Some(checked) => {
+                drop(key);
+                let request = Request::from_parts(parts, body);
+                return ResponseFuture::decided(checked, inner, request, grpc, layer);
+            }
+            None => key.into_owned(),
+        };
+        let request = Request::from_parts(parts, body);
         // The call waits for Redis. The clone may not be ready: keep the one that is for the
         // future, leave the clone in its place.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let layer = Arc::clone(&self.layer);
-        let check = Box::pin(async move { layer.guard.check(&key, cost).await });
-        ResponseFuture::checking(check, inner, request, grpc, Arc::clone(&self.layer))
+        let clone = inner.clone();
+        let ready = std::mem::replace(inner, clone);
+        let shared = Arc::clone(layer);
+        let check = Box::pin(async move { shared.guard.check(&key, cost).await });
+        ResponseFuture::checking(check, ready, request, grpc, Arc::clone(layer))
     }
 }

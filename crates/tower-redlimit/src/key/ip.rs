@@ -1,4 +1,7 @@
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::{
+    borrow::Cow,
+    net::{IpAddr, Ipv6Addr, SocketAddr},
+};
 
 use http::{HeaderMap, request::Parts};
 use redlimit::ConfigError;
@@ -115,8 +118,8 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
-    fn extract(&self, request: &Parts) -> Option<String> {
-        Some(match self.client_addr(request)? {
+    fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
+        Some(Cow::Owned(match self.client_addr(request)? {
             IpAddr::V4(v4) => v4.to_string(),
             IpAddr::V6(v6) if self.ipv6_prefix >= 128 => v6.to_string(),
             IpAddr::V6(v6) => {
@@ -126,7 +129,7 @@ impl KeyExtractor for ClientIp {
                 let network = Ipv6Addr::from(u128::from(v6) & mask);
                 format!("{network}/{}", self.ipv6_prefix)
             }
-        })
+        }))
     }
 }
 
@@ -263,7 +266,10 @@ mod tests {
     }
 
     fn key(extractor: &ClientIp, peer: &str, headers: &[(&str, &str)]) -> String {
-        extractor.extract(&request(peer, headers)).expect("a key")
+        extractor
+            .extract(&request(peer, headers))
+            .expect("a key")
+            .into_owned()
     }
 
     #[test]

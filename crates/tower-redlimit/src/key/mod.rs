@@ -4,6 +4,8 @@ mod ip;
 #[cfg(feature = "axum")]
 mod route;
 
+use std::borrow::Cow;
+
 use http::{HeaderName, request::Parts};
 use redlimit::ConfigError;
 
@@ -12,7 +14,8 @@ pub use self::ip::ClientIp;
 pub use self::route::MatchedRoute;
 
 /// Turns a request into the key that is limited, or `None` when it has none (see
-/// [`MissingKey`](crate::MissingKey)).
+/// [`MissingKey`](crate::MissingKey)). The key may borrow from the request, so a header value is
+/// not copied.
 ///
 /// Any `Fn(&http::request::Parts) -> Option<String>` is an extractor.
 ///
@@ -27,15 +30,15 @@ pub use self::route::MatchedRoute;
 /// ```
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key of this request.
-    fn extract(&self, request: &Parts) -> Option<String>;
+    fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>>;
 }
 
 impl<F> KeyExtractor for F
 where
     F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
 {
-    fn extract(&self, request: &Parts) -> Option<String> {
-        self(request)
+    fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
+        self(request).map(Cow::Owned)
     }
 }
 
@@ -44,8 +47,8 @@ where
 pub struct Global;
 
 impl KeyExtractor for Global {
-    fn extract(&self, _: &Parts) -> Option<String> {
-        Some("global".to_owned())
+    fn extract<'a>(&self, _: &'a Parts) -> Option<Cow<'a, str>> {
+        Some(Cow::Borrowed("global"))
     }
 }
 
@@ -70,9 +73,9 @@ impl HeaderKey {
 }
 
 impl KeyExtractor for HeaderKey {
-    fn extract(&self, request: &Parts) -> Option<String> {
+    fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         let value = request.headers.get(&self.name)?.as_bytes();
-        (!value.is_empty()).then(|| String::from_utf8_lossy(value).into_owned())
+        (!value.is_empty()).then(|| String::from_utf8_lossy(value))
     }
 }
 
@@ -81,12 +84,12 @@ impl KeyExtractor for HeaderKey {
 pub struct Both<A, B>(pub A, pub B);
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Both<A, B> {
-    fn extract(&self, request: &Parts) -> Option<String> {
+    fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         // `|` separates the parts; escaping it (and `%`) inside them keeps pairs distinct.
-        let escape = |s: String| s.replace('%', "%25").replace('|', "%7C");
+        let escape = |s: Cow<'_, str>| s.replace('%', "%25").replace('|', "%7C");
         let first = escape(self.0.extract(request)?);
         let second = escape(self.1.extract(request)?);
-        Some(format!("{first}|{second}"))
+        Some(Cow::Owned(format!("{first}|{second}")))
     }
 }
 

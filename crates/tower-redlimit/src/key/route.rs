@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use axum::extract::MatchedPath;
 use http::request::Parts;
 
@@ -11,10 +13,10 @@ use super::KeyExtractor;
 pub struct MatchedRoute;
 
 impl KeyExtractor for MatchedRoute {
-    fn extract(&self, request: &Parts) -> Option<String> {
+    fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         request
             .extensions
             .get::<MatchedPath>()
-            .map(|path| path.as_str().to_owned())
+            .map(|path| Cow::Borrowed(path.as_str()))
     }
 }
