@@ -139,8 +139,7 @@ impl Stats {
         self.errors[error_index(kind)].load(Ordering::Relaxed)
     }
 
-    /// Counts a check decided by `reason` outside the limiter itself, such as a local block.
-    pub fn count(&self, reason: Reason) {
+    fn count(&self, reason: Reason) {
         self.reasons[reason_index(reason)].fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -390,8 +389,7 @@ impl GuardedLimiter {
     async fn backend_check(&self, client: &str, cost: u64) -> Result<Vec<Decision>, Error> {
         let now = self.clock.as_ref().map(|clock| clock());
         let check = self.limiter.run(&self.policies, client, cost, now);
-        // Memory answers at once; only a remote backend needs a timer.
-        if self.budget.is_zero() || matches!(self.limiter.backend(), crate::Backend::Memory(_)) {
+        if self.budget.is_zero() {
             return check.await;
         }
         tokio::time::timeout(self.budget, check)
