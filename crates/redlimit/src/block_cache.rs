@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use crate::{Decision, Reason, RetryAfter};
+use crate::{Decision, Reason, RetryAfter, evict};
 
 const SHARDS: usize = 16;
 
@@ -27,8 +27,8 @@ const SHARDS: usize = 16;
 /// A locally blocked check reports the decisions of the denial that set the block (their quota
 /// figures as they were then), with reason [`Reason::LocalBlock`] and the wait that is left.
 ///
-/// Bounded: at most `max_keys` blocks; when full, expired blocks go first, then the one ending
-/// soonest. Dropping a block only sends that client's next check to Redis.
+/// Bounded: at most `max_keys` blocks; when full, expired blocks go first, then the sixteenth
+/// ending soonest. Dropping a block only sends that client's next check to Redis.
 #[derive(Debug)]
 pub struct BlockCache {
     shards: Box<[Mutex<HashMap<String, Block>>]>,
@@ -114,17 +114,8 @@ impl BlockCache {
             return;
         }
         let mut shard = self.shard(client);
-        if !shard.contains_key(client) && shard.len() >= self.per_shard {
-            shard.retain(|_, b| b.until_us > sent_us);
-            if shard.len() >= self.per_shard {
-                let soonest = shard
-                    .iter()
-                    .min_by_key(|(_, b)| b.until_us)
-                    .map(|(k, _)| k.clone());
-                if let Some(key) = soonest {
-                    shard.remove(&key);
-                }
-            }
+        if !shard.contains_key(client) {
+            evict::make_room(&mut shard, self.per_shard, sent_us, |b| b.until_us);
         }
         shard.insert(
             client.to_owned(),

@@ -45,6 +45,7 @@ mod block_cache;
 mod config_error;
 mod decision;
 mod error;
+mod evict;
 mod failure;
 mod key;
 mod limiter;

@@ -10,6 +10,7 @@ use std::{
 use crate::{
     ConfigError, KeyScheme, Policy,
     algorithm::{self, Plan, State},
+    evict,
 };
 
 use super::script::Answer;
@@ -24,7 +25,8 @@ const SHARDS: usize = 16;
 /// shard fills), and at most [`max_keys`](MemoryBackendBuilder::max_keys) keys are tracked.
 ///
 /// **Eviction rule.** When a new key arrives at a full shard, expired keys are dropped first;
-/// if none has expired, the key whose state expires soonest is dropped. An evicted key restarts
+/// if none has expired, the sixteenth of the shard's keys whose state expires soonest is dropped
+/// (at once, so a flood of new keys pays for the scan once per many inserts). An evicted key restarts
 /// with a full quota, so eviction can only make the limiter more lenient for that key, never
 /// deny a request it would have allowed.
 ///
@@ -270,9 +272,7 @@ impl Shard {
     }
 
     fn insert(&mut self, id: KeyId, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
-        if self.entries.len() >= self.capacity {
-            self.make_room(now_us);
-        }
+        self.make_room(now_us);
         let mut state = None;
         algorithm::apply(&mut state, update);
         self.entries.insert(
@@ -285,18 +285,9 @@ impl Shard {
     }
 
     fn make_room(&mut self, now_us: u64) {
-        self.entries.retain(|_, entry| entry.expires_at_us > now_us);
-        if self.entries.len() < self.capacity {
-            return;
-        }
-        let soonest = self
-            .entries
-            .iter()
-            .min_by_key(|(_, entry)| entry.expires_at_us)
-            .map(|(&id, _)| id);
-        if let Some(id) = soonest {
-            self.entries.remove(&id);
-        }
+        evict::make_room(&mut self.entries, self.capacity, now_us, |e| {
+            e.expires_at_us
+        });
     }
 }
 
