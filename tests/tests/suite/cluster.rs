@@ -9,9 +9,8 @@ use redlimit_tests::RedisCluster;
 use crate::{
     concurrency::exactly_the_limit,
     failover::{assert_survived, checks_through_failover, guarded},
-    multi_policy::all_or_nothing,
     support::{T0, at_ms, policy},
-    vectors::{TABLES, check_table},
+    vectors::{TABLES, check_table, exact_answers},
 };
 
 fn limiter(cluster: &RedisCluster) -> Limiter {
@@ -26,10 +25,7 @@ fn limiter(cluster: &RedisCluster) -> Limiter {
 async fn exact_vectors_and_several_policies_on_the_cluster() {
     let cluster = RedisCluster::start();
     let limiter = limiter(&cluster);
-    for table in TABLES {
-        check_table(&limiter, "cluster", table).await;
-    }
-    all_or_nothing(&limiter, "cluster").await;
+    exact_answers(&limiter, "cluster").await;
     // Every node forgets the script and the state (a restart would too): EVAL answers
     // NOSCRIPT on each.
     for port in cluster.primaries() {

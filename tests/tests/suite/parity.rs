@@ -100,13 +100,17 @@ fn run_parity(
         .unwrap_or_else(|failure| panic!("{failure}"));
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 #[test]
 fn each_algorithm_decides_the_same_on_redis_and_in_memory() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = runtime();
     for algorithm in Algorithm::ALL {
         run_parity(
             &server,
@@ -119,10 +123,7 @@ fn each_algorithm_decides_the_same_on_redis_and_in_memory() {
 #[test]
 fn policies_checked_together_decide_the_same_on_redis_and_in_memory() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = runtime();
     let pair = (0..6_usize, 0..6_usize)
         .prop_filter("two different algorithms", |(a, b)| a != b)
         .prop_flat_map(|(a, b)| (policy_for(Algorithm::ALL[a]), policy_for(Algorithm::ALL[b])))

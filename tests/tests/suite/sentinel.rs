@@ -7,8 +7,7 @@ use redlimit_tests::RedisSentinel;
 
 use crate::{
     failover::{assert_survived, checks_through_failover, guarded},
-    multi_policy::all_or_nothing,
-    vectors::{TABLES, check_table},
+    vectors::exact_answers,
 };
 
 fn limiter(setup: &RedisSentinel) -> Limiter {
@@ -23,10 +22,7 @@ fn limiter(setup: &RedisSentinel) -> Limiter {
 async fn exact_vectors_and_several_policies_through_sentinel() {
     let setup = RedisSentinel::start();
     let limiter = limiter(&setup);
-    for table in TABLES {
-        check_table(&limiter, "sentinel", table).await;
-    }
-    all_or_nothing(&limiter, "sentinel").await;
+    exact_answers(&limiter, "sentinel").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -45,6 +45,15 @@ pub(crate) async fn check_table(limiter: &Limiter, backend: &str, table: &Table)
     }
 }
 
+/// Every table, then the all-or-nothing scenario of several policies, on `limiter`: what each
+/// other topology must answer exactly as a standalone server does.
+pub(crate) async fn exact_answers(limiter: &Limiter, backend: &str) {
+    for table in TABLES {
+        check_table(limiter, backend, table).await;
+    }
+    crate::multi_policy::all_or_nothing(limiter, backend).await;
+}
+
 async fn run(table: &Table) {
     let server = RedisServer::start();
     for (backend, limiter) in both_backends(&server) {
