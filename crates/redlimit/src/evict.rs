@@ -24,12 +24,20 @@ pub(crate) fn make_room<K, V, S>(
     if map.len() < capacity {
         return;
     }
-    let mut soonest: Vec<(u64, K)> = map.iter().map(|(k, v)| (expires(v), k.clone())).collect();
-    let count = (capacity / 16).max(1).min(soonest.len());
-    soonest.select_nth_unstable_by_key(count - 1, |(at, _)| *at);
-    for (_, key) in soonest.into_iter().take(count) {
+    let expiries = map.iter().map(|(k, v)| (expires(v), k.clone())).collect();
+    for key in soonest(expiries, capacity) {
         map.remove(&key);
     }
+}
+
+/// The keys of the sixteenth of `capacity` (at least one) that expire soonest, of `expiries`:
+/// (expiry, key) pairs.
+pub(crate) fn soonest<K>(mut expiries: Vec<(u64, K)>, capacity: usize) -> impl Iterator<Item = K> {
+    let count = (capacity / 16).max(1).min(expiries.len());
+    if count > 0 {
+        expiries.select_nth_unstable_by_key(count - 1, |(at, _)| *at);
+    }
+    expiries.into_iter().take(count).map(|(_, key)| key)
 }
 
 #[cfg(test)]

@@ -2,18 +2,20 @@
 //! memory.
 
 use std::{
-    collections::{HashMap, hash_map::RandomState},
-    hash::{BuildHasher, BuildHasherDefault, Hasher},
+    collections::hash_map::RandomState,
+    hash::{BuildHasher, Hash, Hasher},
     sync::{Arc, Mutex, PoisonError},
 };
 
 use crate::{
     ConfigError, KeyScheme, Policy,
     algorithm::{self, Plan, State},
-    evict,
 };
 
-use super::script::Answer;
+use super::{
+    key_table::{Expiring, KeyId, KeyTable},
+    script::Answer,
+};
 
 const SHARDS: usize = 16;
 
@@ -42,26 +44,30 @@ pub struct MemoryBackend {
     ids: Arc<KeyIds>,
 }
 
-/// A key's identity: the client's 128-bit id (two independently, randomly keyed SipHashes)
-/// mixed with the policy's. Keys are not stored: a lookup touches no string, and a client cannot
-/// aim for a collision it cannot compute.
-type KeyId = u128;
-
+/// A key's identity: the client's 128-bit id (a randomly keyed SipHash) mixed with the
+/// policy's. Keys are not stored: a lookup touches no string, and a client cannot aim for a
+/// collision it cannot compute.
 #[derive(Debug, Default)]
 struct KeyIds {
-    high: RandomState,
-    low: RandomState,
+    seed: RandomState,
 }
 
 impl KeyIds {
+    /// Two outputs of one pass over the client: the second is drawn after one more byte, from
+    /// the hasher's 256-bit state, so two clients that share the first half still differ in the
+    /// second (unless their states collide too).
     fn client(&self, client: &str) -> KeyId {
-        (u128::from(self.high.hash_one(client)) << 64) | u128::from(self.low.hash_one(client))
+        let mut hasher = self.seed.build_hasher();
+        client.hash(&mut hasher);
+        let high = hasher.finish();
+        hasher.write_u8(0x5a);
+        (u128::from(high) << 64) | u128::from(hasher.finish())
     }
 
-    /// Distinct for distinct (prefix, policy, numbers), whatever the client id.
+    /// Distinct for distinct (prefix, policy, numbers), whatever the client id; never 0.
     fn of(keys: &KeyScheme, policy: &Policy, client: KeyId) -> KeyId {
         let which = policy.fingerprint() ^ keys.fingerprint().rotate_left(64);
-        client ^ which.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+        (client ^ which.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)).max(1)
     }
 
     /// Every key of one client is in one shard, so a check of several policies takes one lock.
@@ -70,37 +76,22 @@ impl KeyIds {
     }
 }
 
-/// Key ids are already random: their low bits are the hash.
-#[derive(Debug, Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u128(&mut self, id: u128) {
-        // The low half.
-        self.0 = u64::try_from(id & u128::from(u64::MAX)).unwrap_or(0);
-    }
-}
-
 #[derive(Debug)]
 struct Shard {
-    entries: HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>,
+    entries: KeyTable<Entry>,
     capacity: usize,
 }
 
-#[derive(Debug)]
-struct Entry {
+#[derive(Debug, Default)]
+pub(super) struct Entry {
     state: Option<State>,
     expires_at_us: u64,
+}
+
+impl Expiring for Entry {
+    fn expires_at_us(&self) -> u64 {
+        self.expires_at_us
+    }
 }
 
 impl Entry {
@@ -131,7 +122,7 @@ impl MemoryBackend {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
-                    entries: HashMap::default(),
+                    entries: KeyTable::new(),
                     capacity: per_shard,
                 })
             })
@@ -228,7 +219,7 @@ impl MemoryBackend {
 impl Shard {
     /// One policy: a single lookup decides and writes.
     fn check_one(&mut self, policy: &Policy, id: KeyId, cost: u64, now_us: u64) -> Answer {
-        let entry = self.entries.get_mut(&id);
+        let entry = self.entries.get_mut(id);
         let state = entry
             .as_ref()
             .filter(|entry| entry.expires_at_us > now_us)
@@ -259,13 +250,13 @@ impl Shard {
     /// The key's state unless it has expired.
     fn live(&self, id: KeyId, now_us: u64) -> Option<&State> {
         self.entries
-            .get(&id)
+            .get(id)
             .filter(|entry| entry.expires_at_us > now_us)
             .and_then(|entry| entry.state.as_ref())
     }
 
     fn write(&mut self, id: KeyId, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
-        match self.entries.get_mut(&id) {
+        match self.entries.get_mut(id) {
             Some(entry) => entry.apply(update, expires_at_us, now_us),
             None => self.insert(id, update, expires_at_us, now_us),
         }
@@ -285,9 +276,7 @@ impl Shard {
     }
 
     fn make_room(&mut self, now_us: u64) {
-        evict::make_room(&mut self.entries, self.capacity, now_us, |e| {
-            e.expires_at_us
-        });
+        self.entries.make_room(self.capacity, now_us);
     }
 }
 

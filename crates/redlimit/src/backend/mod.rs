@@ -1,6 +1,7 @@
 //! Where state lives.
 
 mod connection;
+mod key_table;
 mod memory;
 mod redis;
 pub(crate) mod script;

@@ -75,7 +75,10 @@ impl HeaderKey {
 impl KeyExtractor for HeaderKey {
     fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         let value = request.headers.get(&self.name)?.as_bytes();
-        (!value.is_empty()).then(|| String::from_utf8_lossy(value))
+        // Valid UTF-8 is borrowed as it is; the lossy conversion only runs on the rest.
+        let text = std::str::from_utf8(value)
+            .map_or_else(|_| String::from_utf8_lossy(value), Cow::Borrowed);
+        (!text.is_empty()).then_some(text)
     }
 }
 

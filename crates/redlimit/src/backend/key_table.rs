@@ -1,0 +1,190 @@
+//! The memory backend's table of key states: open addressing with linear probing and one cache
+//! line a slot. A client seen again after thousands of others is not in the CPU cache any more;
+//! a lookup here costs one memory access for it, where a general-purpose map costs two or three
+//! (its control bytes, then a bucket that may straddle two lines).
+
+use crate::evict;
+
+/// A key's identity in the table; never 0, which marks an empty slot.
+pub(super) type KeyId = u128;
+
+/// What the table keeps of a key.
+pub(super) trait Expiring: Default {
+    /// When the key's state ends, in microseconds.
+    fn expires_at_us(&self) -> u64;
+}
+
+/// One key's id and value: one cache line for the backend's entries.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+struct Slot<V> {
+    id: KeyId,
+    value: V,
+}
+
+/// Keys and their values in bounded memory: a power-of-two number of slots, at most three
+/// quarters full.
+#[derive(Debug)]
+pub(super) struct KeyTable<V> {
+    slots: Vec<Slot<V>>,
+    len: usize,
+}
+
+impl<V: Expiring> KeyTable<V> {
+    pub(super) const fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            len: 0,
+        }
+    }
+
+    pub(super) const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Where `id` is, or the empty slot where it would go.
+    fn probe(&self, id: KeyId) -> Result<usize, usize> {
+        debug_assert!(id != 0 && !self.slots.is_empty());
+        let mask = self.slots.len() - 1;
+        // Ids are random: their low bits are as good a hash as any.
+        let mut at = usize::try_from(id & 0xffff_ffff).unwrap_or(0) & mask;
+        // Never more than `len` occupied slots: the loop ends at an empty one.
+        loop {
+            match self.slots[at].id {
+                0 => return Err(at),
+                found if found == id => return Ok(at),
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+
+    pub(super) fn get(&self, id: KeyId) -> Option<&V> {
+        if self.len == 0 {
+            return None;
+        }
+        self.probe(id).ok().map(|at| &self.slots[at].value)
+    }
+
+    pub(super) fn get_mut(&mut self, id: KeyId) -> Option<&mut V> {
+        if self.len == 0 {
+            return None;
+        }
+        let at = self.probe(id).ok()?;
+        Some(&mut self.slots[at].value)
+    }
+
+    /// Adds `id`, which is not in the table.
+    pub(super) fn insert(&mut self, id: KeyId, value: V) {
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            self.rebuild((self.slots.len() * 2).max(16), |_| true);
+        }
+        self.place(Slot { id, value });
+    }
+
+    fn place(&mut self, slot: Slot<V>) {
+        if let Err(at) = self.probe(slot.id) {
+            self.slots[at] = slot;
+            self.len += 1;
+        }
+    }
+
+    /// Moves the values `keep` accepts into `size` new slots: how the table grows and how keys
+    /// leave it (linear probing cannot simply empty a slot).
+    fn rebuild(&mut self, size: usize, mut keep: impl FnMut(&V) -> bool) {
+        let old = std::mem::replace(
+            &mut self.slots,
+            std::iter::repeat_with(Slot::default).take(size).collect(),
+        );
+        self.len = 0;
+        for slot in old {
+            if slot.id != 0 && keep(&slot.value) {
+                self.place(slot);
+            }
+        }
+    }
+
+    /// Makes room for one more key when `capacity` are held, by the rule of [`evict`]: expired
+    /// keys first, then the sixteenth that expire soonest.
+    pub(super) fn make_room(&mut self, capacity: usize, now_us: u64) {
+        if self.len < capacity {
+            return;
+        }
+        self.rebuild(self.slots.len(), |value| value.expires_at_us() > now_us);
+        if self.len < capacity {
+            return;
+        }
+        let expiries = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.id != 0)
+            .map(|(at, slot)| (slot.value.expires_at_us(), at))
+            .collect();
+        for at in evict::soonest(expiries, capacity) {
+            self.slots[at].id = 0;
+        }
+        self.rebuild(self.slots.len(), |_| true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default, PartialEq)]
+    struct Expires(u64);
+
+    impl Expiring for Expires {
+        fn expires_at_us(&self) -> u64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Slot<super::super::memory::Entry>>(), 64);
+    }
+
+    #[test]
+    fn finds_what_it_holds_across_growth_and_collisions() {
+        let mut table = KeyTable::new();
+        // Ids sharing their low bits collide on every table size.
+        let ids: Vec<(KeyId, u64)> = (1..=1_000_u64)
+            .map(|i| ((KeyId::from(i) << 64) | KeyId::from(i % 7 + 1), i))
+            .collect();
+        for &(id, n) in &ids {
+            assert_eq!(table.get(id), None);
+            table.insert(id, Expires(n));
+        }
+        assert_eq!(table.len(), 1_000);
+        for &(id, n) in &ids {
+            assert_eq!(table.get(id), Some(&Expires(n)));
+        }
+        if let Some(value) = table.get_mut(ids[3].0) {
+            value.0 = 99;
+        }
+        assert_eq!(table.get(ids[3].0), Some(&Expires(99)));
+    }
+
+    #[test]
+    fn makes_room_by_dropping_the_expired_then_the_soonest() {
+        let mut table = KeyTable::new();
+        for id in 1..=32_u64 {
+            table.insert(KeyId::from(id), Expires(100 + id));
+        }
+        table.make_room(32, 105);
+        assert_eq!(table.len(), 27, "the five expired at 105 are gone");
+        assert!(table.get(5).is_none() && table.get(6).is_some());
+
+        table.make_room(27, 0);
+        assert_eq!(
+            table.len(),
+            26,
+            "a sixteenth of 27, at least one, is dropped"
+        );
+        assert!(table.get(6).is_none() && table.get(7).is_some());
+
+        table.make_room(32, 1_000);
+        assert_eq!(table.len(), 26, "nothing happens below capacity");
+    }
+}
