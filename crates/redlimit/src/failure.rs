@@ -361,9 +361,8 @@ impl GuardedLimiter {
     pub fn check_now(&self, client: &str, cost: u64) -> Option<Checked> {
         let now = self.clock.as_ref().map(|clock| clock());
         let decisions = match self.limiter.run_now(&self.policies, client, cost, now) {
-            Some(Ok(decisions)) => decisions,
-            // Policies are validated when the guard is built: only a remote backend is left.
-            Some(Err(_)) | None => {
+            Some(decisions) => decisions,
+            None => {
                 // A cost no policy can ever grant gets its "never" from the backend.
                 let grantable = self.policies.iter().all(|p| cost <= p.capacity());
                 let blocks = self.blocks.as_ref().filter(|_| grantable)?;

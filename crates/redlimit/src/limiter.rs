@@ -1,8 +1,8 @@
 use std::time::Duration;
 
 use crate::{
-    Backend, ConfigError, Decision, Error, ErrorKind, KeyScheme, Policy, Reason, RetryAfter,
-    Timestamp, algorithm::Denial, backend::script::Answer,
+    Backend, ConfigError, Decision, Error, ErrorKind, KeyScheme, MemoryBackend, Policy, Reason,
+    RetryAfter, Timestamp, algorithm::Denial, backend::script::Answer,
 };
 
 /// Checks requests against policies, on a [`Backend`].
@@ -119,15 +119,13 @@ impl Limiter {
         cost: u64,
         now: Option<Timestamp>,
     ) -> Result<Vec<Decision>, Error> {
+        validate(policies)?;
         let redis = match &self.backend {
             Backend::Redis(redis) => redis,
-            Backend::Memory(_) => {
-                return self
-                    .run_now(policies, client, cost, now)
-                    .unwrap_or_else(|| unreachable!("memory answers at once"));
+            Backend::Memory(memory) => {
+                return Ok(self.memory_run(memory, policies, client, cost, now));
             }
         };
-        validate(policies)?;
         let keys: Vec<String> = policies.iter().map(|p| self.keys.key(p, client)).collect();
         let now_us = now.map(Timestamp::as_micros);
         // Boxed: the Redis future is large, and callers should not carry (and move) its space.
@@ -135,30 +133,39 @@ impl Limiter {
         Ok(decisions(policies, answers, Reason::Redis))
     }
 
-    /// The check, decided without waiting when the backend can (memory); `None` when it must
-    /// be asked over the network.
+    /// The check of `policies`, which are valid (a [`GuardedLimiter`](crate::GuardedLimiter)'s
+    /// are), decided without waiting when the backend can (memory); `None` when it must be asked
+    /// over the network.
     pub(crate) fn run_now(
         &self,
         policies: &[Policy],
         client: &str,
         cost: u64,
         now: Option<Timestamp>,
-    ) -> Option<Result<Vec<Decision>, Error>> {
-        let Backend::Memory(memory) = &self.backend else {
-            return None;
-        };
-        if let Err(err) = validate(policies) {
-            return Some(Err(err));
+    ) -> Option<Vec<Decision>> {
+        match &self.backend {
+            Backend::Memory(memory) => Some(self.memory_run(memory, policies, client, cost, now)),
+            Backend::Redis(_) => None,
         }
+    }
+
+    fn memory_run(
+        &self,
+        memory: &MemoryBackend,
+        policies: &[Policy],
+        client: &str,
+        cost: u64,
+        now: Option<Timestamp>,
+    ) -> Vec<Decision> {
         let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
-        Some(Ok(memory.check(
+        memory.check(
             &self.keys,
             client,
             policies,
             cost,
             now_us,
             |policy, answer| decision(policy, answer, Reason::Memory),
-        )))
+        )
     }
 }
 

@@ -55,11 +55,10 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
         checked: Checked,
         service: &mut S,
         request: Request<B>,
-        grpc: bool,
         layer: &Arc<RateLimitLayer>,
     ) -> Self {
         Self {
-            state: decide(checked, service, request, grpc, layer),
+            state: decide(checked, service, request, layer),
         }
     }
 
@@ -67,7 +66,6 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
         check: CheckFuture,
         service: S,
         request: Request<B>,
-        grpc: bool,
         layer: Arc<RateLimitLayer>,
     ) -> Self {
         Self {
@@ -76,7 +74,6 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
                 pending: Some(Box::new(Pending {
                     service,
                     request,
-                    grpc,
                     layer,
                 })),
             },
@@ -105,7 +102,6 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
 struct Pending<S, B> {
     service: S,
     request: Request<B>,
-    grpc: bool,
     layer: Arc<RateLimitLayer>,
 }
 
@@ -115,12 +111,11 @@ fn decide<S: Service<Request<B>>, B>(
     checked: Checked,
     service: &mut S,
     mut request: Request<B>,
-    grpc: bool,
     layer: &Arc<RateLimitLayer>,
 ) -> State<S, B> {
     if !checked.allowed() {
         return State::Answered {
-            response: Some(layer.reject(&checked.decisions, grpc)),
+            response: Some(layer.reject(&checked.decisions, request.headers())),
         };
     }
     if let Some(decision) = headers::most_restrictive(&checked.decisions) {
@@ -150,7 +145,6 @@ where
                         checked,
                         &mut pending.service,
                         pending.request,
-                        pending.grpc,
                         &pending.layer,
                     );
                     state.set(next);

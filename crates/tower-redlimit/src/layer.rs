@@ -1,7 +1,7 @@
 use std::{borrow::Cow, fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header, request::Parts};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header, request::Parts};
 use redlimit::{
     BlockCache, CircuitBreaker, Clock, ConfigError, Decision, FailurePolicy, GuardedLimiter,
     Limiter, Policy,
@@ -214,8 +214,12 @@ impl RateLimitLayer {
         (self.cost)(parts)
     }
 
-    /// The response to a denied request, with `Retry-After` and the rate-limit headers.
-    pub(crate) fn reject(&self, decisions: &[Decision], grpc: bool) -> Response<Bytes> {
+    /// The response to a denied request, with `Retry-After` and the rate-limit headers; in
+    /// gRPC's form when the request's headers say it is gRPC.
+    pub(crate) fn reject(&self, decisions: &[Decision], request: &HeaderMap) -> Response<Bytes> {
+        let grpc = request
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         let rejected = Rejected { decisions, grpc };
         let mut response = match &self.rejection {
             Some(respond) => respond(&rejected),
@@ -227,7 +231,7 @@ impl RateLimitLayer {
                 .entry(header::RETRY_AFTER)
                 .or_insert_with(|| HeaderValue::from(secs));
         }
-        let mut limit_headers = http::HeaderMap::new();
+        let mut limit_headers = HeaderMap::new();
         headers::insert(
             &mut limit_headers,
             self.headers,

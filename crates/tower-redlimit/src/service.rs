@@ -3,7 +3,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use http::{Request, Response, header};
+use http::{Request, Response};
 use tower_service::Service;
 
 use crate::{RateLimitLayer, RejectionBody, future::ResponseFuture};
@@ -52,17 +52,13 @@ where
             }
         };
         let cost = layer.cost_of(&parts);
-        let grpc = parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         // Memory and locally blocked clients are decided at once: the ready service is called
         // (or not) now, with no clone, no boxed future and no copy of the key.
         let key = match layer.guard.check_now(&key, cost) {
             Some(checked) => {
                 drop(key);
                 let request = Request::from_parts(parts, body);
-                return ResponseFuture::decided(checked, inner, request, grpc, layer);
+                return ResponseFuture::decided(checked, inner, request, layer);
             }
             None => key.into_owned(),
         };
@@ -73,6 +69,6 @@ where
         let ready = std::mem::replace(inner, clone);
         let shared = Arc::clone(layer);
         let check = Box::pin(async move { shared.guard.check(&key, cost).await });
-        ResponseFuture::checking(check, ready, request, grpc, Arc::clone(layer))
+        ResponseFuture::checking(check, ready, request, Arc::clone(layer))
     }
 }
