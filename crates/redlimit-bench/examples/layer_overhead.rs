@@ -2,11 +2,14 @@
 //! behind the layer on the memory backend. `cargo run --release -p redlimit-bench --example
 //! layer_overhead` prints nanoseconds per request for each.
 
-use std::time::{Duration, Instant};
+use std::{
+    convert::Infallible,
+    time::{Duration, Instant},
+};
 
-use axum::{Router, body::Body, routing::get};
+use axum::{Router, body::Body, extract::Request, response::Response, routing::get};
 use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
-use tower::ServiceExt;
+use tower::{Layer, Service, ServiceExt};
 use tower_redlimit::{HeaderKey, HeaderStyle, RateLimitLayer};
 
 const REQUESTS: u32 = 200_000;
@@ -23,34 +26,47 @@ fn main() {
             .window(Duration::from_secs(60))
             .build()
             .expect("a valid policy");
-        let bare = Router::new().route("/", get(|| async { "hello" }));
-        let layered = |style| {
-            let layer =
-                RateLimitLayer::new(Limiter::new(MemoryBackend::default()), [policy.clone()])
-                    .expect("a valid layer")
-                    .key(HeaderKey::new("x-client").expect("a valid header"))
-                    .headers(style);
-            bare.clone().layer(layer)
+        // As `axum::serve` does: state resolved once, not per request.
+        let hello = || {
+            Router::new()
+                .route("/", get(|| async { "hello" }))
+                .with_state(())
         };
-        let apps = [
-            ("bare", bare.clone()),
-            ("layer, no headers", layered(HeaderStyle::None)),
-            ("layer, IETF headers", layered(HeaderStyle::Ietf)),
-        ];
-        for (name, app) in apps {
-            // As `axum::serve` does: state resolved once, not per request.
-            let app: Router = app.with_state(());
-            let started = Instant::now();
-            for i in 0..REQUESTS {
-                let request = http::Request::get("/")
-                    .header("x-client", format!("client-{}", i % CLIENTS))
-                    .body(Body::empty())
-                    .expect("a request");
-                let response = app.clone().oneshot(request).await.expect("infallible");
-                assert_eq!(response.status(), 200);
-            }
-            let per_request = started.elapsed().as_nanos() / u128::from(REQUESTS);
-            println!("{name:<22} {per_request:>6} ns/request");
-        }
+        let limit = |style| {
+            RateLimitLayer::new(Limiter::new(MemoryBackend::default()), [policy.clone()])
+                .expect("a valid layer")
+                .key(HeaderKey::new("x-client").expect("a valid header"))
+                .headers(style)
+        };
+        measure("bare", hello()).await;
+        measure("layer, no headers", limit(HeaderStyle::None).layer(hello())).await;
+        measure(
+            "layer, IETF headers",
+            limit(HeaderStyle::Ietf).layer(hello()),
+        )
+        .await;
+        measure(
+            "Router::layer, IETF",
+            hello().layer(limit(HeaderStyle::Ietf)),
+        )
+        .await;
     });
+}
+
+/// Calls `app` as `axum::serve` does, once per request on a clone, and prints the mean time.
+async fn measure<S>(name: &str, app: S)
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone,
+{
+    let started = Instant::now();
+    for i in 0..REQUESTS {
+        let request = http::Request::get("/")
+            .header("x-client", format!("client-{}", i % CLIENTS))
+            .body(Body::empty())
+            .expect("a request");
+        let response = app.clone().oneshot(request).await.expect("infallible");
+        assert_eq!(response.status(), 200);
+    }
+    let per_request = started.elapsed().as_nanos() / u128::from(REQUESTS);
+    println!("{name:<22} {per_request:>6} ns/request");
 }

@@ -1,9 +1,9 @@
 //! Requests per second of an axum hello-world, bare and behind the layer, with a load generator
 //! on loopback keep-alive connections.
 
-use std::{net::SocketAddr, sync::Arc, time::Instant};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Instant};
 
-use axum::{Router, routing::get};
+use axum::{Router, ServiceExt, extract::Request, response::Response, routing::get};
 use redlimit::{Algorithm, Limiter, MemoryBackend};
 use redlimit_tests::{command_calls, commands_sent};
 use tokio::{
@@ -11,6 +11,7 @@ use tokio::{
     net::TcpStream,
     sync::Mutex,
 };
+use tower::{Layer, Service};
 use tower_redlimit::{HeaderKey, RateLimitLayer};
 
 use crate::{
@@ -19,45 +20,57 @@ use crate::{
     report::{Row, Tally},
 };
 
-fn app(limiter: Option<Limiter>) -> Router {
-    let router = Router::new().route("/", get(|| async { "hello" }));
-    match limiter {
-        None => router,
-        Some(limiter) => router.layer(
-            RateLimitLayer::new(limiter, [policy(Algorithm::FixedWindow, 100)])
-                .expect("a valid layer")
-                .key(HeaderKey::new("x-client").expect("a valid header"))
-                .timeout(std::time::Duration::from_secs(2)),
-        ),
-    }
+/// The app every contender serves.
+fn hello() -> Router {
+    Router::new().route("/", get(|| async { "hello" }))
 }
 
-/// Serves the three apps on the server runtime; returns their addresses.
+/// The limit every layered contender applies: fixed window, 100 per 60 s, per `x-client`.
+fn limit(limiter: Limiter) -> RateLimitLayer {
+    RateLimitLayer::new(limiter, [policy(Algorithm::FixedWindow, 100)])
+        .expect("a valid layer")
+        .key(HeaderKey::new("x-client").expect("a valid header"))
+        .timeout(std::time::Duration::from_secs(2))
+}
+
+/// Serves the apps on the server runtime; returns their names and addresses.
+///
+/// `http_memory` and `http_redis` put the layer in front of the router, as a limit on the whole
+/// app is applied, so they measure the limiter. `http_memory_routes` adds it with
+/// `Router::layer`, which wraps and boxes every route once more: axum's cost of any layer on top.
 pub(crate) fn start_servers(
     server: &tokio::runtime::Runtime,
     url: &str,
 ) -> Vec<(&'static str, SocketAddr)> {
-    let apps = [
-        ("http_bare", app(None)),
+    let memory = || Limiter::new(MemoryBackend::default());
+    vec![
+        ("http_bare", serve(server, hello())),
+        ("http_memory", serve(server, limit(memory()).layer(hello()))),
         (
-            "http_memory",
-            app(Some(Limiter::new(MemoryBackend::default()))),
+            "http_redis",
+            serve(server, limit(redis_limiter(url, "http")).layer(hello())),
         ),
-        ("http_redis", app(Some(redis_limiter(url, "http")))),
-    ];
-    apps.into_iter()
-        .map(|(name, router)| {
-            let address = server.block_on(async {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind");
-                let address = listener.local_addr().expect("address");
-                tokio::spawn(async move { axum::serve(listener, router).await });
-                address
-            });
-            (name, address)
-        })
-        .collect()
+        (
+            "http_memory_routes",
+            serve(server, hello().layer(limit(memory()))),
+        ),
+    ]
+}
+
+fn serve<S>(server: &tokio::runtime::Runtime, app: S) -> SocketAddr
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+{
+    server.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let app = ServiceExt::<Request>::into_make_service(app);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        address
+    })
 }
 
 /// One keep-alive connection that sends `GET /` and reads whole responses.
