@@ -20,9 +20,12 @@ use crate::{
     report::{Row, Tally},
 };
 
-/// The app every contender serves.
+/// The app every contender serves, its handlers made routes once (as `axum::serve` does with a
+/// `Router`), not on every request.
 fn hello() -> Router {
-    Router::new().route("/", get(|| async { "hello" }))
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .with_state(())
 }
 
 /// The limit every layered contender applies: fixed window, 100 per 60 s, per `x-client`.
