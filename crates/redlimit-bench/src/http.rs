@@ -140,15 +140,18 @@ pub(crate) async fn run(
     let mut admin = admin(url);
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
     let mut tallies: Vec<Tally> = servers.iter().map(|_| Tally::default()).collect();
+    let mut server_cpu_ns: Vec<Option<u64>> = vec![Some(0); servers.len()];
     let per_round = settings.decisions / settings.rounds;
     let per_task = per_round / settings.concurrency;
     for round in 0..settings.rounds {
-        for ((_, address), tally) in servers.iter().zip(&mut tallies) {
+        for (((_, address), tally), cpu) in servers.iter().zip(&mut tallies).zip(&mut server_cpu_ns)
+        {
             let mut connections = Vec::new();
             for _ in 0..settings.concurrency {
                 connections.push(Arc::new(Mutex::new(Connection::open(*address).await)));
             }
             let before = command_calls(&mut admin);
+            let cpu_before = server_cpu_ns_now();
             let started = Instant::now();
             let tasks: Vec<_> = connections
                 .into_iter()
@@ -178,6 +181,10 @@ pub(crate) async fn run(
                 latencies.extend(task.await.expect("a load task panicked"));
             }
             let elapsed = started.elapsed();
+            *cpu = cpu
+                .zip(cpu_before)
+                .zip(server_cpu_ns_now())
+                .map(|((sum, before), after)| sum + after.saturating_sub(before));
             tally.add(
                 latencies,
                 elapsed,
@@ -188,9 +195,36 @@ pub(crate) async fn run(
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
+    let requests = (per_task * settings.concurrency * settings.rounds).max(1) as u64;
     servers
         .iter()
         .zip(tallies)
-        .map(|((name, _), tally)| tally.row("http", name, *name == "http_redis", None))
+        .zip(server_cpu_ns)
+        .map(|(((name, _), tally), cpu)| {
+            let mut row = tally.row("http", name, *name == "http_redis", None);
+            if let Some(cpu) = cpu {
+                row.extra
+                    .push(("server_cpu_ns_per_request", cpu / requests));
+            }
+            row
+        })
         .collect()
+}
+
+/// The name of the HTTP server runtime's threads.
+pub(crate) const SERVER_THREAD: &str = "bench-server";
+
+/// Nanoseconds the server runtime's threads have run on a CPU (Linux with scheduler statistics):
+/// steadier than requests per second on a shared machine, and only the server's.
+fn server_cpu_ns_now() -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path();
+        let name = std::fs::read_to_string(path.join("comm")).ok()?;
+        if name.trim_end() == SERVER_THREAD {
+            let stat = std::fs::read_to_string(path.join("schedstat")).ok()?;
+            total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
 }
