@@ -22,20 +22,27 @@ struct Slot<V> {
     value: V,
 }
 
-/// Keys and their values in bounded memory: a power-of-two number of slots, at most three
-/// quarters full.
+/// At most `capacity` keys and their values: a power-of-two number of slots, grown while it is
+/// more than three quarters full up to the size that holds `capacity` at most seven eighths full.
 #[derive(Debug)]
 pub(super) struct KeyTable<V> {
     slots: Vec<Slot<V>>,
     len: usize,
+    capacity: usize,
 }
 
 impl<V: Expiring> KeyTable<V> {
-    pub(super) const fn new() -> Self {
+    pub(super) const fn new(capacity: usize) -> Self {
         Self {
             slots: Vec::new(),
             len: 0,
+            capacity,
         }
+    }
+
+    /// The most slots: always more than `capacity`, so a probe always finds an empty slot.
+    fn max_slots(&self) -> usize {
+        (self.capacity + self.capacity / 7 + 1).next_power_of_two()
     }
 
     pub(super) const fn len(&self) -> usize {
@@ -73,10 +80,13 @@ impl<V: Expiring> KeyTable<V> {
         Some(&mut self.slots[at].value)
     }
 
-    /// Adds `id`, which is not in the table.
-    pub(super) fn insert(&mut self, id: KeyId, value: V) {
-        if (self.len + 1) * 4 > self.slots.len() * 3 {
-            self.rebuild((self.slots.len() * 2).max(16), |_| true);
+    /// Adds `id`, which is not in the table, making room for it at `now_us` if the table is
+    /// full.
+    pub(super) fn insert(&mut self, id: KeyId, value: V, now_us: u64) {
+        self.make_room(now_us);
+        let max = self.max_slots();
+        if (self.len + 1) * 4 > self.slots.len() * 3 && self.slots.len() < max {
+            self.rebuild((self.slots.len() * 2).max(16).min(max), |_| true);
         }
         self.place(Slot { id, value });
     }
@@ -105,7 +115,8 @@ impl<V: Expiring> KeyTable<V> {
 
     /// Makes room for one more key when `capacity` are held, by the rule of [`evict`]: expired
     /// keys first, then the sixteenth that expire soonest.
-    pub(super) fn make_room(&mut self, capacity: usize, now_us: u64) {
+    fn make_room(&mut self, now_us: u64) {
+        let capacity = self.capacity;
         if self.len < capacity {
             return;
         }
@@ -147,14 +158,14 @@ mod tests {
 
     #[test]
     fn finds_what_it_holds_across_growth_and_collisions() {
-        let mut table = KeyTable::new();
+        let mut table = KeyTable::new(1_000);
         // Ids sharing their low bits collide on every table size.
         let ids: Vec<(KeyId, u64)> = (1..=1_000_u64)
             .map(|i| ((KeyId::from(i) << 64) | KeyId::from(i % 7 + 1), i))
             .collect();
         for &(id, n) in &ids {
             assert_eq!(table.get(id), None);
-            table.insert(id, Expires(n));
+            table.insert(id, Expires(n), 0);
         }
         assert_eq!(table.len(), 1_000);
         for &(id, n) in &ids {
@@ -168,23 +179,25 @@ mod tests {
 
     #[test]
     fn makes_room_by_dropping_the_expired_then_the_soonest() {
-        let mut table = KeyTable::new();
+        let mut table = KeyTable::new(32);
         for id in 1..=32_u64 {
-            table.insert(KeyId::from(id), Expires(100 + id));
+            table.insert(KeyId::from(id), Expires(100 + id), 0);
         }
-        table.make_room(32, 105);
-        assert_eq!(table.len(), 27, "the five expired at 105 are gone");
-        assert!(table.get(5).is_none() && table.get(6).is_some());
-
-        table.make_room(27, 0);
         assert_eq!(
-            table.len(),
-            26,
-            "a sixteenth of 27, at least one, is dropped"
+            table.slots.len(),
+            64,
+            "32 keys fit in at most 7/8 of the slots"
         );
-        assert!(table.get(6).is_none() && table.get(7).is_some());
 
-        table.make_room(32, 1_000);
-        assert_eq!(table.len(), 26, "nothing happens below capacity");
+        table.insert(33, Expires(200), 0);
+        assert_eq!(table.len(), 31, "a sixteenth of 32 (two keys) made room");
+        assert!(table.get(1).is_none() && table.get(2).is_none() && table.get(3).is_some());
+
+        table.insert(34, Expires(200), 105);
+        assert_eq!(table.len(), 32, "nothing is dropped below capacity");
+
+        table.insert(35, Expires(200), 105);
+        assert_eq!(table.len(), 30, "the three expired at 105 made room");
+        assert!(table.get(5).is_none() && table.get(6).is_some() && table.get(35).is_some());
     }
 }

@@ -79,7 +79,6 @@ impl KeyIds {
 #[derive(Debug)]
 struct Shard {
     entries: KeyTable<Entry>,
-    capacity: usize,
 }
 
 #[derive(Debug, Default)]
@@ -122,8 +121,7 @@ impl MemoryBackend {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
-                    entries: KeyTable::new(),
-                    capacity: per_shard,
+                    entries: KeyTable::new(per_shard),
                 })
             })
             .collect();
@@ -263,20 +261,13 @@ impl Shard {
     }
 
     fn insert(&mut self, id: KeyId, update: algorithm::Update, expires_at_us: u64, now_us: u64) {
-        self.make_room(now_us);
         let mut state = None;
         algorithm::apply(&mut state, update);
-        self.entries.insert(
-            id,
-            Entry {
-                state,
-                expires_at_us,
-            },
-        );
-    }
-
-    fn make_room(&mut self, now_us: u64) {
-        self.entries.make_room(self.capacity, now_us);
+        let entry = Entry {
+            state,
+            expires_at_us,
+        };
+        self.entries.insert(id, entry, now_us);
     }
 }
 
