@@ -86,7 +86,7 @@ impl<V: Expiring> KeyTable<V> {
         self.make_room(now_us);
         let max = self.max_slots();
         if (self.len + 1) * 4 > self.slots.len() * 3 && self.slots.len() < max {
-            self.rebuild((self.slots.len() * 2).max(16).min(max), |_| true);
+            self.rebuild((self.slots.len() * 2).max(16).min(max));
         }
         self.place(Slot { id, value });
     }
@@ -98,43 +98,44 @@ impl<V: Expiring> KeyTable<V> {
         }
     }
 
-    /// Moves the values `keep` accepts into `size` new slots: how the table grows and how keys
-    /// leave it (linear probing cannot simply empty a slot).
-    fn rebuild(&mut self, size: usize, mut keep: impl FnMut(&V) -> bool) {
+    /// Moves the occupied slots into `size` new ones: how the table grows, and how keys whose
+    /// id was zeroed leave it (linear probing cannot simply empty a slot).
+    fn rebuild(&mut self, size: usize) {
         let old = std::mem::replace(
             &mut self.slots,
             std::iter::repeat_with(Slot::default).take(size).collect(),
         );
         self.len = 0;
-        for slot in old {
-            if slot.id != 0 && keep(&slot.value) {
-                self.place(slot);
-            }
+        for slot in old.into_iter().filter(|slot| slot.id != 0) {
+            self.place(slot);
         }
     }
 
     /// Makes room for one more key when `capacity` are held, by the rule of [`evict`]: expired
-    /// keys first, then the sixteenth that expire soonest.
+    /// keys first, then the sixteenth that expire soonest. One pass marks them, one rebuild
+    /// drops them.
     fn make_room(&mut self, now_us: u64) {
-        let capacity = self.capacity;
-        if self.len < capacity {
+        if self.len < self.capacity {
             return;
         }
-        self.rebuild(self.slots.len(), |value| value.expires_at_us() > now_us);
-        if self.len < capacity {
-            return;
+        let mut live = Vec::with_capacity(self.len);
+        for (at, slot) in self.slots.iter_mut().enumerate() {
+            if slot.id == 0 {
+                continue;
+            }
+            let expires_at_us = slot.value.expires_at_us();
+            if expires_at_us <= now_us {
+                slot.id = 0;
+            } else {
+                live.push((expires_at_us, at));
+            }
         }
-        let expiries = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, slot)| slot.id != 0)
-            .map(|(at, slot)| (slot.value.expires_at_us(), at))
-            .collect();
-        for at in evict::soonest(expiries, capacity) {
-            self.slots[at].id = 0;
+        if live.len() >= self.capacity {
+            for at in evict::soonest(live, self.capacity) {
+                self.slots[at].id = 0;
+            }
         }
-        self.rebuild(self.slots.len(), |_| true);
+        self.rebuild(self.slots.len());
     }
 }
 
