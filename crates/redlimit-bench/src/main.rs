@@ -134,19 +134,6 @@ fn main() -> ExitCode {
             &rows,
             "http_bare",
         );
-        let cpu: Vec<String> = rows
-            .iter()
-            .filter_map(|row| {
-                let (_, ns) = row
-                    .extra
-                    .iter()
-                    .find(|(name, _)| *name == "server_cpu_ns_per_request")?;
-                Some(format!("{} {:.2} µs", row.contender, *ns as f64 / 1000.0))
-            })
-            .collect();
-        if !cpu.is_empty() {
-            println!("server CPU per request: {}", cpu.join(", "));
-        }
     }
     if settings.runs("flood") {
         let rows = load.block_on(flood::run(&url, &settings));

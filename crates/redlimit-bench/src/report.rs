@@ -108,6 +108,14 @@ pub(crate) fn print(title: &str, rows: &[Row], baseline: &str) {
             optional(row.bytes_per_key, 0),
         );
     }
+    for row in rows.iter().filter(|row| !row.extra.is_empty()) {
+        let extra: Vec<String> = row
+            .extra
+            .iter()
+            .map(|(name, value)| format!("{name} {value}"))
+            .collect();
+        println!("  {}: {}", row.contender, extra.join(", "));
+    }
     for row in rows {
         println!("{}", row.json());
     }
