@@ -313,6 +313,13 @@ mod tests {
             .expect("valid")
     }
 
+    fn bounded(max_keys: usize) -> MemoryBackend {
+        MemoryBackend::builder()
+            .max_keys(max_keys)
+            .build()
+            .expect("valid")
+    }
+
     fn hit(backend: &MemoryBackend, policy: &Policy, client: &str, now_ms: u64) -> Answer {
         let keys = KeyScheme::default();
         backend
@@ -329,10 +336,7 @@ mod tests {
 
     #[test]
     fn never_tracks_more_than_max_keys() {
-        let backend = MemoryBackend::builder()
-            .max_keys(64)
-            .build()
-            .expect("valid");
+        let backend = bounded(64);
         let policy = gcra();
         for client in 0..1_000 {
             hit(&backend, &policy, &format!("c{client}"), 1_000);
@@ -343,10 +347,7 @@ mod tests {
     #[test]
     fn expired_state_is_dropped_before_live_state() {
         // One shard's worth: 16 keys in all, 1 per shard.
-        let backend = MemoryBackend::builder()
-            .max_keys(16)
-            .build()
-            .expect("valid");
+        let backend = bounded(16);
         let policy = gcra();
         let blocked = hit(&backend, &policy, "old", 0);
         assert!(blocked.denial.is_none());
@@ -364,10 +365,7 @@ mod tests {
     #[test]
     fn a_full_shard_evicts_the_key_closest_to_expiry() {
         // Two keys per shard.
-        let backend = MemoryBackend::builder()
-            .max_keys(32)
-            .build()
-            .expect("valid");
+        let backend = bounded(32);
         let policy = gcra();
         let shard_of = |client: &str| KeyIds::shard(backend.ids.client(client));
         let same: Vec<String> = (0..)
