@@ -17,6 +17,7 @@ use tower_redlimit::{HeaderKey, RateLimitLayer};
 use crate::{
     Settings,
     decisions::{admin, policy, redis_limiter},
+    drive::round_order,
     report::{Row, Tally},
 };
 
@@ -144,8 +145,9 @@ pub(crate) async fn run(
     let per_round = settings.decisions / settings.rounds;
     let per_task = per_round / settings.concurrency;
     for round in 0..settings.rounds {
-        for (((_, address), tally), cpu) in servers.iter().zip(&mut tallies).zip(&mut server_cpu_ns)
-        {
+        for at in round_order(round, servers.len()) {
+            let (_, address) = &servers[at];
+            let (tally, cpu) = (&mut tallies[at], &mut server_cpu_ns[at]);
             let mut connections = Vec::new();
             for _ in 0..settings.concurrency {
                 connections.push(Arc::new(Mutex::new(Connection::open(*address).await)));

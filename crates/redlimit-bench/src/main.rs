@@ -15,7 +15,7 @@ use redlimit_tests::RedisServer;
 
 const USAGE: &str = "usage: redlimit-bench [--mode all|decisions|http|flood|memory] [--redis URL]
   [--decisions N] [--concurrency C] [--keys K] [--rounds R] [--workers W]
-defaults: all modes, N = 200000, C = 64, K = 10000, R = 20 rounds, W = 1 tokio worker,
+defaults: all modes, N = 200000, C = 64, K = 10000, R = 24 rounds, W = 1 tokio worker,
 limit 100 per 60 s, and a redis-server of its own";
 
 /// What to run.
@@ -38,7 +38,7 @@ impl Settings {
             decisions: 200_000,
             concurrency: 64,
             keys: 10_000,
-            rounds: 20,
+            rounds: 24,
             workers: 1,
         };
         let mut args = args.iter();

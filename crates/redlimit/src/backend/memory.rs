@@ -149,10 +149,9 @@ impl MemoryBackend {
         self.len() == 0
     }
 
-    /// Checks all `policies` for one client atomically: the client's keys share a shard, whose
-    /// lock is held for the whole check.
-    /// Checks all `policies` for one client atomically and turns each policy's answer into a
-    /// `T` (a decision) on the way out.
+    /// Checks all `policies` for one client atomically (the client's keys share a shard, whose
+    /// lock is held for the whole check) and turns each policy's answer into a `T` (a decision)
+    /// on the way out.
     pub(crate) fn check<T>(
         &self,
         keys: &KeyScheme,
