@@ -6,7 +6,11 @@ use std::sync::Arc;
 use deadpool_redis::redis::{self, aio::MultiplexedConnection};
 use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, RedisBackend};
 
-use crate::{Settings, drive::interleaved, report::Row};
+use crate::{
+    Settings,
+    drive::{interleaved, last_round_keys},
+    report::Row,
+};
 
 /// One way of deciding.
 enum Contender {
@@ -145,7 +149,10 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
         .map(|((name, contender), tally)| {
             let on_redis = name != "memory";
             let bytes = on_redis
-                .then(|| bytes_per_key(&mut admin, clients.iter().map(|c| contender.key(c))))
+                .then(|| {
+                    let keys = last_round_keys(settings).map(|k| contender.key(&clients[k]));
+                    bytes_per_key(&mut admin, keys)
+                })
                 .flatten();
             tally.row("decisions", name, on_redis, bytes)
         })

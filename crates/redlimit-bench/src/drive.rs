@@ -56,6 +56,16 @@ where
     tallies
 }
 
+/// The key indices the last round used, the latest first: their state is still in Redis when
+/// the run ends, where keys used early may have expired with their window.
+pub(crate) fn last_round_keys(settings: &Settings) -> impl Iterator<Item = usize> {
+    let per_round = settings.decisions / settings.rounds;
+    let used = per_round / settings.concurrency * settings.concurrency;
+    let offset = (settings.rounds - 1) * per_round;
+    let keys = settings.keys;
+    (0..used).rev().map(move |n| (offset + n) % keys)
+}
+
 /// Runs `n` calls of `op` (each given a key index below `keys`) from `concurrency` tasks, and
 /// returns every call's latency in microseconds and the wall time.
 async fn drive<F, Fut>(
