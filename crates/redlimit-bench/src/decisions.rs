@@ -8,7 +8,7 @@ use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, RedisBackend};
 
 use crate::{
     Settings,
-    drive::{interleaved, last_round_keys},
+    drive::{Schedule, interleaved},
     report::Row,
 };
 
@@ -150,7 +150,9 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
             let on_redis = name != "memory";
             let bytes = on_redis
                 .then(|| {
-                    let keys = last_round_keys(settings).map(|k| contender.key(&clients[k]));
+                    let keys = Schedule::new(settings)
+                        .last_round_keys()
+                        .map(|k| contender.key(&clients[k]));
                     bytes_per_key(&mut admin, keys)
                 })
                 .flatten();

@@ -33,19 +33,12 @@ where
     Fut: Future<Output = ()> + Send,
 {
     let mut tallies: Vec<Tally> = contenders.iter().map(|_| Tally::default()).collect();
-    let per_round = settings.decisions / settings.rounds;
-    for round in 0..settings.rounds {
+    let schedule = Schedule::new(settings);
+    for round in 0..schedule.rounds {
         for at in round_order(round, contenders.len()) {
             let (contender, tally) = (&contenders[at], &mut tallies[at]);
             let before = command_calls(admin);
-            let (latencies, elapsed) = drive(
-                Arc::new(op(contender)),
-                per_round,
-                settings.concurrency,
-                settings.keys,
-                round * per_round,
-            )
-            .await;
+            let (latencies, elapsed) = drive(Arc::new(op(contender)), schedule, round).await;
             tally.add(
                 latencies,
                 elapsed,
@@ -56,47 +49,74 @@ where
     tallies
 }
 
-/// The key indices the last round used, the latest first: their state is still in Redis when
-/// the run ends, where keys used early may have expired with their window.
-pub(crate) fn last_round_keys(settings: &Settings) -> impl Iterator<Item = usize> {
-    let per_round = settings.decisions / settings.rounds;
-    let used = per_round / settings.concurrency * settings.concurrency;
-    let offset = (settings.rounds - 1) * per_round;
-    let keys = settings.keys;
-    (0..used).rev().map(move |n| (offset + n) % keys)
+/// Which key each call uses: task `task`'s `j`th call of `round` uses key
+/// (round × N / R + task + j × C) mod K, so concurrent calls use different keys and the rounds
+/// sweep the keys in turn. N / R / C calls a task, a round; the remainder of N is not run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Schedule {
+    per_round: usize,
+    pub(crate) per_task: usize,
+    pub(crate) concurrency: usize,
+    pub(crate) rounds: usize,
+    keys: usize,
 }
 
-/// Runs `n` calls of `op` (each given a key index below `keys`) from `concurrency` tasks, and
-/// returns every call's latency in microseconds and the wall time.
-async fn drive<F, Fut>(
-    op: Arc<F>,
-    n: usize,
-    concurrency: usize,
-    keys: usize,
-    offset: usize,
-) -> (Vec<u32>, Duration)
+impl Schedule {
+    pub(crate) fn new(settings: &Settings) -> Self {
+        let per_round = settings.decisions / settings.rounds;
+        Self {
+            per_round,
+            per_task: per_round / settings.concurrency,
+            concurrency: settings.concurrency,
+            rounds: settings.rounds,
+            keys: settings.keys,
+        }
+    }
+
+    pub(crate) fn key(self, round: usize, task: usize, j: usize) -> usize {
+        (round * self.per_round + task + j * self.concurrency) % self.keys
+    }
+
+    /// How many calls a contender makes in all its rounds.
+    pub(crate) fn calls(self) -> usize {
+        self.per_task * self.concurrency * self.rounds
+    }
+
+    /// The keys the last round used, the latest first: their state is still in Redis when the
+    /// run ends, where keys used early may have expired with their window.
+    pub(crate) fn last_round_keys(self) -> impl Iterator<Item = usize> {
+        let round = self.rounds - 1;
+        (0..self.per_task).rev().flat_map(move |j| {
+            (0..self.concurrency)
+                .rev()
+                .map(move |task| self.key(round, task, j))
+        })
+    }
+}
+
+/// Runs one round of `schedule` with `op` (given each call's key index) from its concurrent
+/// tasks, and returns every call's latency in microseconds and the wall time.
+async fn drive<F, Fut>(op: Arc<F>, schedule: Schedule, round: usize) -> (Vec<u32>, Duration)
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
 {
-    let per_task = n / concurrency;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
+    let tasks: Vec<_> = (0..schedule.concurrency)
         .map(|task| {
             let op = Arc::clone(&op);
             tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_task);
-                for j in 0..per_task {
-                    let key = (offset + task + j * concurrency) % keys;
+                let mut latencies = Vec::with_capacity(schedule.per_task);
+                for j in 0..schedule.per_task {
                     let begun = Instant::now();
-                    op(key).await;
+                    op(schedule.key(round, task, j)).await;
                     latencies.push(u32::try_from(begun.elapsed().as_micros()).unwrap_or(u32::MAX));
                 }
                 latencies
             })
         })
         .collect();
-    let mut all = Vec::with_capacity(n);
+    let mut all = Vec::with_capacity(schedule.per_task * schedule.concurrency);
     for task in tasks {
         all.extend(task.await.expect("a benchmark task panicked"));
     }

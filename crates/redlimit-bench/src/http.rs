@@ -17,7 +17,7 @@ use tower_redlimit::{HeaderKey, RateLimitLayer};
 use crate::{
     Settings,
     decisions::{admin, policy, redis_limiter},
-    drive::round_order,
+    drive::{Schedule, round_order},
     report::{Row, Tally},
 };
 
@@ -142,14 +142,13 @@ pub(crate) async fn run(
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
     let mut tallies: Vec<Tally> = servers.iter().map(|_| Tally::default()).collect();
     let mut server_cpu_ns: Vec<Option<u64>> = vec![Some(0); servers.len()];
-    let per_round = settings.decisions / settings.rounds;
-    let per_task = per_round / settings.concurrency;
-    for round in 0..settings.rounds {
+    let schedule = Schedule::new(settings);
+    for round in 0..schedule.rounds {
         for at in round_order(round, servers.len()) {
             let (_, address) = &servers[at];
             let (tally, cpu) = (&mut tallies[at], &mut server_cpu_ns[at]);
             let mut connections = Vec::new();
-            for _ in 0..settings.concurrency {
+            for _ in 0..schedule.concurrency {
                 connections.push(Arc::new(Mutex::new(Connection::open(*address).await)));
             }
             let before = command_calls(&mut admin);
@@ -160,15 +159,13 @@ pub(crate) async fn run(
                 .enumerate()
                 .map(|(task, connection)| {
                     let clients = Arc::clone(&clients);
-                    let concurrency = settings.concurrency;
-                    let keys = settings.keys;
                     tokio::spawn(async move {
                         let mut connection = connection.lock().await;
-                        let mut latencies = Vec::with_capacity(per_task);
-                        for j in 0..per_task {
-                            let key = (round * per_round + task + j * concurrency) % keys;
+                        let mut latencies = Vec::with_capacity(schedule.per_task);
+                        for j in 0..schedule.per_task {
+                            let client = &clients[schedule.key(round, task, j)];
                             let begun = Instant::now();
-                            let status = connection.get(&clients[key]).await;
+                            let status = connection.get(client).await;
                             assert_eq!(status, 200, "every request is within its limit");
                             latencies.push(
                                 u32::try_from(begun.elapsed().as_micros()).unwrap_or(u32::MAX),
@@ -197,7 +194,7 @@ pub(crate) async fn run(
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
-    let requests = (per_task * settings.concurrency * settings.rounds).max(1) as u64;
+    let requests = schedule.calls().max(1) as u64;
     servers
         .iter()
         .zip(tallies)
