@@ -10,7 +10,7 @@ const MAX_GCRA_TOLERANCE_US: u64 = 1 << 50;
 /// The sliding log stores one sorted-set member per admitted request.
 const MAX_LOG_LIMIT: u64 = 1_000_000;
 
-/// How a [`Policy`] counts. The semantics of each are exact and documented in `DESIGN.md`.
+/// How a [`Policy`] counts. Each is exact integer arithmetic, the same on Redis and in memory.
 ///
 /// The names (`fixed_window`, `gcra`, …) are what [`FromStr`] accepts and [`Algorithm::name`]
 /// returns.

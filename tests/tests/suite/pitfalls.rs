@@ -1,4 +1,4 @@
-//! The pitfalls named by the seed articles: TTL set once, no immortal key, window-boundary bursts.
+//! The classic pitfalls of Redis rate limiters: TTL set once, no immortal key, window-boundary bursts.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! The six algorithms in plain integer arithmetic: the in-memory backend runs them, and each
-//! mirrors its Lua script in `lua/` step for step so both backends decide identically.
+//! mirrors its Lua script in the crate's `lua/` folder step for step so both backends decide identically.
 //!
 //! A check is planned against the state as read, then applied only if every policy of the check
 //! admits it (all-or-nothing).

@@ -10,13 +10,13 @@ use crate::{
 };
 
 pub(crate) const SOURCE: &str = concat!(
-    include_str!("../../../../lua/prelude.lua"),
-    include_str!("../../../../lua/fixed_window.lua"),
-    include_str!("../../../../lua/sliding_window_log.lua"),
-    include_str!("../../../../lua/sliding_window_counter.lua"),
-    include_str!("../../../../lua/token_bucket.lua"),
-    include_str!("../../../../lua/gcra.lua"),
-    include_str!("../../../../lua/check.lua"),
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/fixed_window.lua"),
+    include_str!("../../lua/sliding_window_log.lua"),
+    include_str!("../../lua/sliding_window_counter.lua"),
+    include_str!("../../lua/token_bucket.lua"),
+    include_str!("../../lua/gcra.lua"),
+    include_str!("../../lua/check.lua"),
 );
 
 /// The error code a script raises for a key it cannot read.
