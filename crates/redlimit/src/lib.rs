@@ -23,9 +23,9 @@
 //!
 //! // Both policies in one round trip; if either denies, neither consumes.
 //! let decisions = limiter.check_all(&[per_second, per_day], "api-key-42", 1).await?;
-//! if decisions.iter().all(|d| d.allowed) {
+//! if decisions.allowed() {
 //!     // serve the request
-//! } else if let Some(RetryAfter::After(wait)) = decisions.iter().find_map(|d| d.retry_after) {
+//! } else if let Some(RetryAfter::After(wait)) = decisions.retry_after() {
 //!     println!("try again in {wait:?}");
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -41,24 +41,25 @@ pub const SCRIPT: &str = backend::script::SOURCE;
 
 mod algorithm;
 mod backend;
-mod block_cache;
+mod client_id;
 mod config_error;
 mod decision;
+mod decisions;
 mod error;
-mod evict;
-mod failure;
+mod guard;
 mod key;
+mod key_table;
 mod limiter;
 mod policy;
 mod timestamp;
 
 pub use self::{
     backend::{Backend, MemoryBackend, MemoryBackendBuilder, RedisBackend, RedisBackendBuilder},
-    block_cache::BlockCache,
     config_error::ConfigError,
     decision::{Decision, Reason, RetryAfter},
+    decisions::Decisions,
     error::{Error, ErrorKind},
-    failure::{Checked, CircuitBreaker, Clock, FailurePolicy, GuardedLimiter, Stats},
+    guard::{BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardedLimiter, Stats},
     key::KeyScheme,
     limiter::Limiter,
     policy::{Algorithm, Policy, PolicyBuilder},

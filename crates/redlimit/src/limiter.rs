@@ -1,13 +1,12 @@
-use std::time::Duration;
-
 use crate::{
-    Backend, ConfigError, Decision, Error, ErrorKind, KeyScheme, MemoryBackend, Policy, Reason,
-    RetryAfter, Timestamp, algorithm::Denial, backend::script::Answer,
+    Backend, ConfigError, Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Timestamp,
+    backend::Started,
 };
 
 /// Checks requests against policies, on a [`Backend`].
 ///
-/// Cheap to clone: clones share the backend.
+/// Cheap to clone: clones share the backend. For a fixed set of policies behind a time budget
+/// and a failure policy, wrap it in a [`GuardedLimiter`](crate::GuardedLimiter).
 ///
 /// ```
 /// use std::time::Duration;
@@ -73,10 +72,22 @@ impl Limiter {
     /// # Errors
     /// See [`Error`]: the backend failed, timed out, or holds corrupt state for this client.
     pub async fn check(&self, policy: &Policy, client: &str, cost: u64) -> Result<Decision, Error> {
-        let mut decisions = self
-            .run(std::slice::from_ref(policy), client, cost, None)
-            .await?;
-        Ok(decisions.remove(0))
+        self.one(policy, client, cost, None).await
+    }
+
+    /// As [`check`](Self::check), at an explicit time instead of the backend's clock: for tests
+    /// and deterministic replays.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub async fn check_at(
+        &self,
+        policy: &Policy,
+        client: &str,
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Decision, Error> {
+        self.one(policy, client, cost, Some(now)).await
     }
 
     /// Checks several policies for one client in one round trip, all-or-nothing: the request is
@@ -93,79 +104,76 @@ impl Limiter {
         policies: &[Policy],
         client: &str,
         cost: u64,
-    ) -> Result<Vec<Decision>, Error> {
-        self.run(policies, client, cost, None).await
+    ) -> Result<Decisions, Error> {
+        self.all(policies, client, cost, None).await
     }
 
-    /// As [`check_all`](Self::check_all), at an explicit time instead of the backend's clock:
-    /// for tests and deterministic replays.
+    /// As [`check_all`](Self::check_all), at an explicit time instead of the backend's clock.
     ///
     /// # Errors
     /// As [`check_all`](Self::check_all).
-    pub async fn check_at(
+    pub async fn check_all_at(
         &self,
         policies: &[Policy],
         client: &str,
         cost: u64,
         now: Timestamp,
-    ) -> Result<Vec<Decision>, Error> {
-        self.run(policies, client, cost, Some(now)).await
+    ) -> Result<Decisions, Error> {
+        self.all(policies, client, cost, Some(now)).await
     }
 
-    pub(crate) async fn run(
+    async fn one(
+        &self,
+        policy: &Policy,
+        client: &str,
+        cost: u64,
+        now: Option<Timestamp>,
+    ) -> Result<Decision, Error> {
+        let decisions = run(self.start(&One(policy.clone()), client, cost, now)).await?;
+        let only = decisions.into_iter().next();
+        Ok(only.unwrap_or_else(|| unreachable!("one decision per policy")))
+    }
+
+    async fn all(
         &self,
         policies: &[Policy],
         client: &str,
         cost: u64,
         now: Option<Timestamp>,
-    ) -> Result<Vec<Decision>, Error> {
+    ) -> Result<Decisions, Error> {
         validate(policies)?;
-        let redis = match &self.backend {
-            Backend::Redis(redis) => redis,
-            Backend::Memory(memory) => {
-                return Ok(self.memory_run(memory, policies, client, cost, now));
-            }
-        };
-        let keys: Vec<String> = policies.iter().map(|p| self.keys.key(p, client)).collect();
-        let now_us = now.map(Timestamp::as_micros);
-        // Boxed: the Redis future is large, and callers should not carry (and move) its space.
-        let answers = Box::pin(redis.check(policies, &keys, cost, now_us)).await?;
-        Ok(decisions(policies, answers, Reason::Redis))
+        run(self.start(&policies.to_vec(), client, cost, now)).await
     }
 
-    /// The check of `policies`, which are valid (a [`GuardedLimiter`](crate::GuardedLimiter)'s
-    /// are), decided without waiting when the backend can (memory); `None` when it must be asked
-    /// over the network.
-    pub(crate) fn run_now(
+    /// Begins a check of valid `policies`; see [`Backend`]'s `start`.
+    pub(crate) fn start<P>(
         &self,
-        policies: &[Policy],
+        policies: &P,
         client: &str,
         cost: u64,
         now: Option<Timestamp>,
-    ) -> Option<Vec<Decision>> {
-        match &self.backend {
-            Backend::Memory(memory) => Some(self.memory_run(memory, policies, client, cost, now)),
-            Backend::Redis(_) => None,
-        }
+    ) -> Started
+    where
+        P: AsRef<[Policy]> + Clone + Send + 'static,
+    {
+        self.backend.start(&self.keys, policies, client, cost, now)
     }
+}
 
-    fn memory_run(
-        &self,
-        memory: &MemoryBackend,
-        policies: &[Policy],
-        client: &str,
-        cost: u64,
-        now: Option<Timestamp>,
-    ) -> Vec<Decision> {
-        let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
-        memory.check(
-            &self.keys,
-            client,
-            policies,
-            cost,
-            now_us,
-            |policy, answer| decision(policy, answer, Reason::Memory),
-        )
+/// One policy, owned for a check that may outlive the caller's borrow.
+#[derive(Clone)]
+struct One(Policy);
+
+impl AsRef<[Policy]> for One {
+    fn as_ref(&self) -> &[Policy] {
+        std::slice::from_ref(&self.0)
+    }
+}
+
+async fn run(started: Started) -> Result<Decisions, Error> {
+    match started {
+        Started::Ready(decided) => decided,
+        Started::Waiting(answer) => answer.await,
     }
 }
 
@@ -185,27 +193,4 @@ fn validate(policies: &[Policy]) -> Result<(), Error> {
         ));
     }
     Ok(())
-}
-
-fn decisions(policies: &[Policy], answers: Vec<Answer>, reason: Reason) -> Vec<Decision> {
-    policies
-        .iter()
-        .zip(answers)
-        .map(|(policy, answer)| decision(policy, answer, reason))
-        .collect()
-}
-
-fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
-    Decision {
-        allowed: answer.denial.is_none(),
-        limit: policy.limit(),
-        remaining: answer.view.remaining,
-        reset_after: Duration::from_millis(answer.view.reset_ms),
-        retry_after: answer.denial.map(|denial| match denial {
-            Denial::RetryAfterMs(ms) => RetryAfter::After(Duration::from_millis(ms)),
-            Denial::Never => RetryAfter::Never,
-        }),
-        policy: policy.shared_name(),
-        reason,
-    }
 }

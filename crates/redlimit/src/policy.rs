@@ -126,6 +126,9 @@ struct PolicyInner {
     key_suffix: String,
     /// A fingerprint of the name and numbers, for the memory backend's key ids.
     fingerprint: u128,
+    /// The script's arguments for this policy (algorithm tag, limit, window, burst), written
+    /// once here rather than on every check.
+    script_args: [String; 4],
 }
 
 impl Policy {
@@ -186,6 +189,10 @@ impl Policy {
 
     pub(crate) fn window_ms(&self) -> u64 {
         self.inner.window_ms
+    }
+
+    pub(crate) fn script_args(&self) -> &[String; 4] {
+        &self.inner.script_args
     }
 
     /// GCRA's emission interval: the window divided by the limit, rounded up to a microsecond so
@@ -295,9 +302,16 @@ impl PolicyBuilder {
             key_suffix.push_str(&format!(":{burst}"));
         }
         let fingerprint = fingerprint(&[&self.name, &key_suffix]);
+        let script_args = [
+            algorithm.tag().to_owned(),
+            limit.to_string(),
+            window_ms.to_string(),
+            burst.to_string(),
+        ];
         Ok(Policy {
             inner: Arc::new(PolicyInner {
                 fingerprint,
+                script_args,
                 name: self.name.into(),
                 algorithm,
                 limit,

@@ -1,21 +1,16 @@
 //! In-process backend: the same algorithms and integer arithmetic as the scripts, in bounded
 //! memory.
 
-use std::{
-    collections::hash_map::RandomState,
-    hash::{BuildHasher, Hash, Hasher},
-    sync::{Arc, Mutex, PoisonError},
-};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::{
     ConfigError, KeyScheme, Policy,
     algorithm::{self, Plan, State},
+    client_id::{ClientId, ClientIds},
+    key_table::{Expiring, KeyId, KeyTable},
 };
 
-use super::{
-    key_table::{Expiring, KeyId, KeyTable},
-    script::Answer,
-};
+use super::script::Answer;
 
 const SHARDS: usize = 16;
 
@@ -41,38 +36,18 @@ const SHARDS: usize = 16;
 #[derive(Debug, Clone)]
 pub struct MemoryBackend {
     shards: Arc<[Mutex<Shard>]>,
-    ids: Arc<KeyIds>,
+    ids: Arc<ClientIds>,
 }
 
-/// A key's identity: the client's 128-bit id (a randomly keyed SipHash) mixed with the
-/// policy's. Keys are not stored: a lookup touches no string, and a client cannot aim for a
-/// collision it cannot compute.
-#[derive(Debug, Default)]
-struct KeyIds {
-    seed: RandomState,
-}
+/// A key's identity: the client's id mixed with the policy's. Keys are not stored: a lookup
+/// touches no string.
+struct KeyIds;
 
 impl KeyIds {
-    /// Two outputs of one pass over the client: the second is drawn after one more byte, from
-    /// the hasher's 256-bit state, so two clients that share the first half still differ in the
-    /// second (unless their states collide too).
-    fn client(&self, client: &str) -> KeyId {
-        let mut hasher = self.seed.build_hasher();
-        client.hash(&mut hasher);
-        let high = hasher.finish();
-        hasher.write_u8(0x5a);
-        (u128::from(high) << 64) | u128::from(hasher.finish())
-    }
-
     /// Distinct for distinct (prefix, policy, numbers), whatever the client id; never 0.
-    fn of(keys: &KeyScheme, policy: &Policy, client: KeyId) -> KeyId {
+    fn of(keys: &KeyScheme, policy: &Policy, client: ClientId) -> KeyId {
         let which = policy.fingerprint() ^ keys.fingerprint().rotate_left(64);
         (client ^ which.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)).max(1)
-    }
-
-    /// Every key of one client is in one shard, so a check of several policies takes one lock.
-    fn shard(client: KeyId) -> usize {
-        usize::try_from((client >> 64) % SHARDS as u128).unwrap_or(0)
     }
 }
 
@@ -82,7 +57,7 @@ struct Shard {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct Entry {
+pub(crate) struct Entry {
     state: Option<State>,
     expires_at_us: u64,
 }
@@ -161,8 +136,8 @@ impl MemoryBackend {
         now_us: u64,
         mut finish: impl FnMut(&Policy, Answer) -> T,
     ) -> Vec<T> {
-        let client = self.ids.client(client);
-        let mut shard = self.shards[KeyIds::shard(client)]
+        let client = self.ids.id(client);
+        let mut shard = self.shards[ClientIds::shard(client, SHARDS)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let [policy] = policies {
@@ -334,6 +309,11 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_takes_one_cache_line() {
+        assert_eq!(crate::key_table::slot_size::<Entry>(), 64);
+    }
+
+    #[test]
     fn never_tracks_more_than_max_keys() {
         let backend = bounded(64);
         let policy = gcra();
@@ -366,7 +346,7 @@ mod tests {
         // Two keys per shard.
         let backend = bounded(32);
         let policy = gcra();
-        let shard_of = |client: &str| KeyIds::shard(backend.ids.client(client));
+        let shard_of = |client: &str| ClientIds::shard(backend.ids.id(client), SHARDS);
         let same: Vec<String> = (0..)
             .map(|i| format!("k{i}"))
             .filter(|c| shard_of(c) == shard_of("k0"))

@@ -1,14 +1,20 @@
-//! Where state lives.
+//! Where state lives, and the one place that tells the backends apart.
 
 mod connection;
-mod key_table;
 mod memory;
 mod redis;
 pub(crate) mod script;
 
+use std::{future::Future, pin::Pin, time::Duration};
+
 pub use self::{
     memory::{MemoryBackend, MemoryBackendBuilder},
     redis::{RedisBackend, RedisBackendBuilder},
+};
+use self::script::{Answer, Invocation};
+use crate::{
+    Decision, Decisions, Error, KeyScheme, Policy, Reason, RetryAfter, Timestamp,
+    algorithm::Denial,
 };
 
 /// Where a [`Limiter`](crate::Limiter) keeps its state.
@@ -30,5 +36,89 @@ impl From<RedisBackend> for Backend {
 impl From<MemoryBackend> for Backend {
     fn from(backend: MemoryBackend) -> Self {
         Self::Memory(backend)
+    }
+}
+
+/// A check the backend has begun: decided already (in process), or an answer to wait for.
+pub(crate) enum Started {
+    Ready(Result<Decisions, Error>),
+    /// Boxed: the Redis future is large, and callers should not carry (and move) its space.
+    Waiting(Pin<Box<dyn Future<Output = Result<Decisions, Error>> + Send>>),
+}
+
+impl Backend {
+    /// Whether checks cross the network (and so are worth a time budget, a circuit breaker
+    /// and a block cache).
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Self::Redis(_))
+    }
+
+    /// Begins a check of `policies` (valid: not empty, no name twice) for `client`. In process
+    /// it is decided here; on Redis the returned future sends it when first polled.
+    pub(crate) fn start<P>(
+        &self,
+        keys: &KeyScheme,
+        policies: &P,
+        client: &str,
+        cost: u64,
+        now: Option<Timestamp>,
+    ) -> Started
+    where
+        P: AsRef<[Policy]> + Clone + Send + 'static,
+    {
+        match self {
+            Self::Memory(memory) => {
+                let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
+                let decisions = memory.check(
+                    keys,
+                    client,
+                    policies.as_ref(),
+                    cost,
+                    now_us,
+                    |policy, answer| decision(policy, answer, Reason::Memory),
+                );
+                Started::Ready(Ok(Decisions::new(decisions)))
+            }
+            Self::Redis(redis) => {
+                let redis = redis.clone();
+                let policies = policies.clone();
+                let keys: Vec<String> = policies
+                    .as_ref()
+                    .iter()
+                    .map(|p| keys.key(p, client))
+                    .collect();
+                Started::Waiting(Box::pin(async move {
+                    let policies = policies.as_ref();
+                    let call = Invocation {
+                        policies,
+                        keys: &keys,
+                        cost,
+                        now_us: now.map(Timestamp::as_micros),
+                    };
+                    let answers = redis.check(call).await?;
+                    let decisions = policies
+                        .iter()
+                        .zip(answers)
+                        .map(|(policy, answer)| decision(policy, answer, Reason::Redis))
+                        .collect();
+                    Ok(Decisions::new(decisions))
+                }))
+            }
+        }
+    }
+}
+
+fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
+    Decision {
+        allowed: answer.denial.is_none(),
+        limit: policy.limit(),
+        remaining: answer.view.remaining,
+        reset_after: Duration::from_millis(answer.view.reset_ms),
+        retry_after: answer.denial.map(|denial| match denial {
+            Denial::RetryAfterMs(ms) => RetryAfter::After(Duration::from_millis(ms)),
+            Denial::Never => RetryAfter::Never,
+        }),
+        policy: policy.shared_name(),
+        reason,
     }
 }

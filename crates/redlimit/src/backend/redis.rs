@@ -18,7 +18,7 @@ use super::{
     connection::{Conn, Held, Pools},
     script::{self, Answer, Invocation},
 };
-use crate::{ConfigError, Error, ErrorKind, Policy};
+use crate::{ConfigError, Error, ErrorKind};
 
 /// The Redis backend, through a deadpool-redis pool: a standalone server
 /// ([`builder`](Self::builder)), a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`)
@@ -36,7 +36,7 @@ use crate::{ConfigError, Error, ErrorKind, Policy};
 /// use redlimit::{Limiter, RedisBackend};
 ///
 /// let redis = RedisBackend::builder("redis://127.0.0.1:6379")
-///     .timeout(Duration::from_millis(50))
+///     .budget(Duration::from_millis(50))
 ///     .build()?;
 /// let limiter = Limiter::new(redis);
 /// # Ok::<(), redlimit::ConfigError>(())
@@ -49,7 +49,7 @@ pub struct RedisBackend {
 struct Inner {
     pools: Pools,
     sha1: String,
-    timeout: Duration,
+    budget: Duration,
     shared: Mutex<Shared>,
     /// Lets one check at a time fetch a connection, so a burst of first checks does not check
     /// out (and then recycle, with a `PING` each) a connection apiece.
@@ -67,7 +67,7 @@ impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
             .field("pool", &self.inner.pools.status())
-            .field("timeout", &self.inner.timeout)
+            .field("budget", &self.inner.budget)
             .finish_non_exhaustive()
     }
 }
@@ -117,22 +117,15 @@ impl RedisBackend {
         })
     }
 
-    /// The time budget of one check.
-    pub fn timeout(&self) -> Duration {
-        self.inner.timeout
+    /// The time budget of one check; see [`RedisBackendBuilder::budget`].
+    pub fn budget(&self) -> Duration {
+        self.inner.budget
     }
 
-    pub(crate) async fn check(
-        &self,
-        policies: &[Policy],
-        keys: &[String],
-        cost: u64,
-        now_us: Option<u64>,
-    ) -> Result<Vec<Answer>, Error> {
+    pub(crate) async fn check(&self, call: Invocation<'_>) -> Result<Vec<Answer>, Error> {
         let inner = &self.inner;
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
-            let call = Invocation::new(policies, keys, cost, now_us);
             let mut reply = call
                 .evalsha(&inner.sha1)
                 .query_async::<Vec<i64>>(&mut conn)
@@ -142,7 +135,7 @@ impl RedisBackend {
                 reply = call.eval().query_async(&mut conn).await;
             }
             match reply {
-                Ok(reply) => script::parse(&reply, policies.len()),
+                Ok(reply) => script::parse(&reply, call.policies.len()),
                 Err(err) => {
                     if err.is_unrecoverable_error() || err.is_timeout() {
                         self.discard(generation);
@@ -151,7 +144,7 @@ impl RedisBackend {
                 }
             }
         };
-        match tokio::time::timeout(inner.timeout, attempt).await {
+        match tokio::time::timeout(inner.budget, attempt).await {
             Ok(result) => result,
             Err(_) => {
                 // A check that hangs may be stuck behind a dead connection: take a fresh one next.
@@ -159,7 +152,7 @@ impl RedisBackend {
                 self.discard(generation);
                 Err(Error::new(
                     ErrorKind::Timeout,
-                    format!("redis did not answer within {:?}", inner.timeout),
+                    format!("redis did not answer within its budget of {:?}", inner.budget),
                 ))
             }
         }
@@ -210,7 +203,7 @@ impl RedisBackend {
 #[must_use]
 pub struct RedisBackendBuilder {
     topology: Topology,
-    timeout: Duration,
+    budget: Duration,
     pool_size: usize,
 }
 
@@ -218,15 +211,17 @@ impl RedisBackendBuilder {
     fn new(topology: Topology) -> Self {
         Self {
             topology,
-            timeout: Duration::from_millis(100),
+            budget: Duration::from_millis(100),
             pool_size: 4,
         }
     }
 
-    /// The time budget of one check: waiting for a connection, connecting, and the reply
-    /// together. Defaults to 100 ms.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// The time budget of one check on this backend: waiting for a connection, connecting,
+    /// and the reply together. Defaults to 100 ms. A
+    /// [`GuardedLimiter`](crate::GuardedLimiter) has a budget of its own, after which its
+    /// failure policy answers.
+    pub fn budget(mut self, budget: Duration) -> Self {
+        self.budget = budget;
         self
     }
 
@@ -240,10 +235,10 @@ impl RedisBackendBuilder {
     /// Validates the settings and builds the backend, without connecting.
     ///
     /// # Errors
-    /// A [`ConfigError`] for an unparsable URL, no URL, a zero timeout or a zero pool size.
+    /// A [`ConfigError`] for an unparsable URL, no URL, a zero budget or a zero pool size.
     pub fn build(self) -> Result<RedisBackend, ConfigError> {
-        if self.timeout.is_zero() {
-            return Err(ConfigError::Zero { field: "timeout" });
+        if self.budget.is_zero() {
+            return Err(ConfigError::Zero { field: "budget" });
         }
         if self.pool_size == 0 {
             return Err(ConfigError::Zero { field: "pool_size" });
@@ -253,7 +248,7 @@ impl RedisBackendBuilder {
             inner: Arc::new(Inner {
                 pools,
                 sha1: script::sha1(),
-                timeout: self.timeout,
+                budget: self.budget,
                 shared: Mutex::default(),
                 connecting: tokio::sync::Mutex::default(),
             }),
@@ -273,9 +268,9 @@ impl RedisBackendBuilder {
                 $builder
                     .max_size(self.pool_size)
                     .runtime(Runtime::Tokio1)
-                    .wait_timeout(Some(self.timeout))
-                    .create_timeout(Some(self.timeout))
-                    .recycle_timeout(Some(self.timeout))
+                    .wait_timeout(Some(self.budget))
+                    .create_timeout(Some(self.budget))
+                    .recycle_timeout(Some(self.budget))
                     .build()
                     .map_err(|e| invalid($field)(&e))?
             };
@@ -283,8 +278,8 @@ impl RedisBackendBuilder {
         Ok(match &self.topology {
             Topology::Standalone(url) => {
                 let connection = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout));
+                    .set_connection_timeout(Some(self.budget))
+                    .set_response_timeout(Some(self.budget));
                 let manager = deadpool_redis::Manager::new_with_config(url.as_str(), connection)
                     .map_err(|e| invalid("redis url")(&e))?;
                 Pools::Standalone(pool!(deadpool_redis::Pool::builder(manager), "redis url"))

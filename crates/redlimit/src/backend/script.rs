@@ -36,30 +36,13 @@ pub(crate) fn sha1() -> String {
 
 /// One check's `KEYS` and `ARGV`; `now_us` of `None` makes the script read Redis `TIME`.
 pub(crate) struct Invocation<'a> {
-    keys: &'a [String],
-    args: Vec<String>,
+    pub(crate) policies: &'a [Policy],
+    pub(crate) keys: &'a [String],
+    pub(crate) cost: u64,
+    pub(crate) now_us: Option<u64>,
 }
 
-impl<'a> Invocation<'a> {
-    pub(crate) fn new(
-        policies: &[Policy],
-        keys: &'a [String],
-        cost: u64,
-        now_us: Option<u64>,
-    ) -> Self {
-        let mut args = Vec::with_capacity(2 + 4 * policies.len());
-        args.push(now_us.map_or_else(String::new, |n| n.to_string()));
-        // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
-        args.push(cost.min(MAX_EXACT).to_string());
-        for policy in policies {
-            args.push(policy.algorithm().tag().to_owned());
-            args.push(policy.limit().to_string());
-            args.push(policy.window_ms().to_string());
-            args.push(policy.burst().to_string());
-        }
-        Self { keys, args }
-    }
-
+impl Invocation<'_> {
     /// `EVALSHA sha …`: the one command of a check at steady state.
     pub(crate) fn evalsha(&self, sha1: &str) -> Cmd {
         self.command("EVALSHA", sha1)
@@ -74,10 +57,16 @@ impl<'a> Invocation<'a> {
 
     fn command(&self, name: &str, script: &str) -> Cmd {
         let mut cmd = deadpool_redis::redis::cmd(name);
-        cmd.arg(script)
-            .arg(self.keys.len())
-            .arg(self.keys)
-            .arg(&self.args);
+        cmd.arg(script).arg(self.keys.len()).arg(self.keys);
+        match self.now_us {
+            Some(now_us) => cmd.arg(now_us),
+            None => cmd.arg(""),
+        };
+        // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
+        cmd.arg(self.cost.min(MAX_EXACT));
+        for policy in self.policies {
+            cmd.arg(&policy.script_args()[..]);
+        }
         cmd
     }
 }

@@ -1,15 +1,13 @@
-//! The memory backend's table of key states: open addressing with linear probing and one cache
+//! A bounded table of per-key state (the memory backend's keys, the block cache's blocks): open addressing with linear probing and one cache
 //! line a slot. A client seen again after thousands of others is not in the CPU cache any more;
 //! a lookup here costs one memory access for it, where a general-purpose map costs two or three
 //! (its control bytes, then a bucket that may straddle two lines).
 
-use crate::evict;
-
 /// A key's identity in the table; never 0, which marks an empty slot.
-pub(super) type KeyId = u128;
+pub(crate) type KeyId = u128;
 
 /// What the table keeps of a key.
-pub(super) trait Expiring: Default {
+pub(crate) trait Expiring: Default {
     /// When the key's state ends, in microseconds.
     fn expires_at_us(&self) -> u64;
 }
@@ -25,14 +23,14 @@ struct Slot<V> {
 /// At most `capacity` keys and their values: a power-of-two number of slots, grown while it is
 /// more than three quarters full up to the size that holds `capacity` at most seven eighths full.
 #[derive(Debug)]
-pub(super) struct KeyTable<V> {
+pub(crate) struct KeyTable<V> {
     slots: Vec<Slot<V>>,
     len: usize,
     capacity: usize,
 }
 
 impl<V: Expiring> KeyTable<V> {
-    pub(super) const fn new(capacity: usize) -> Self {
+    pub(crate) const fn new(capacity: usize) -> Self {
         Self {
             slots: Vec::new(),
             len: 0,
@@ -45,7 +43,7 @@ impl<V: Expiring> KeyTable<V> {
         (self.capacity + self.capacity / 7 + 1).next_power_of_two()
     }
 
-    pub(super) const fn len(&self) -> usize {
+    pub(crate) const fn len(&self) -> usize {
         self.len
     }
 
@@ -65,14 +63,14 @@ impl<V: Expiring> KeyTable<V> {
         }
     }
 
-    pub(super) fn get(&self, id: KeyId) -> Option<&V> {
+    pub(crate) fn get(&self, id: KeyId) -> Option<&V> {
         if self.len == 0 {
             return None;
         }
         self.probe(id).ok().map(|at| &self.slots[at].value)
     }
 
-    pub(super) fn get_mut(&mut self, id: KeyId) -> Option<&mut V> {
+    pub(crate) fn get_mut(&mut self, id: KeyId) -> Option<&mut V> {
         if self.len == 0 {
             return None;
         }
@@ -82,7 +80,7 @@ impl<V: Expiring> KeyTable<V> {
 
     /// Adds `id`, which is not in the table, making room for it at `now_us` if the table is
     /// full.
-    pub(super) fn insert(&mut self, id: KeyId, value: V, now_us: u64) {
+    pub(crate) fn insert(&mut self, id: KeyId, value: V, now_us: u64) {
         self.make_room(now_us);
         let max = self.max_slots();
         if (self.len + 1) * 4 > self.slots.len() * 3 && self.slots.len() < max {
@@ -111,7 +109,7 @@ impl<V: Expiring> KeyTable<V> {
         }
     }
 
-    /// Makes room for one more key when `capacity` are held, by the rule of [`evict`]: expired
+    /// Makes room for one more key when `capacity` are held, by the eviction rule: expired
     /// keys first, then the sixteenth that expire soonest. One pass marks them, one rebuild
     /// drops them.
     fn make_room(&mut self, now_us: u64) {
@@ -131,12 +129,29 @@ impl<V: Expiring> KeyTable<V> {
             }
         }
         if live.len() >= self.capacity {
-            for at in evict::soonest(live, self.capacity) {
+            for at in soonest(live, self.capacity) {
                 self.slots[at].id = 0;
             }
         }
         self.rebuild(self.slots.len());
     }
+}
+
+/// The size of one slot holding a `V`, for tests that keep it to a cache line.
+#[cfg(test)]
+pub(crate) const fn slot_size<V>() -> usize {
+    std::mem::size_of::<Slot<V>>()
+}
+
+/// The keys of the sixteenth of `capacity` (at least one) that expire soonest, of `expiries`:
+/// (expiry, key) pairs. A sixteenth at once, so a stream of new keys pays for the scan once per
+/// many inserts, not on each.
+fn soonest<K>(mut expiries: Vec<(u64, K)>, capacity: usize) -> impl Iterator<Item = K> {
+    let count = (capacity / 16).max(1).min(expiries.len());
+    if count > 0 {
+        expiries.select_nth_unstable_by_key(count - 1, |(at, _)| *at);
+    }
+    expiries.into_iter().take(count).map(|(_, key)| key)
 }
 
 #[cfg(test)]
@@ -150,11 +165,6 @@ mod tests {
         fn expires_at_us(&self) -> u64 {
             self.0
         }
-    }
-
-    #[test]
-    fn a_slot_is_one_cache_line() {
-        assert_eq!(std::mem::size_of::<Slot<super::super::memory::Entry>>(), 64);
     }
 
     #[test]

@@ -1,0 +1,36 @@
+//! Client ids: one keyed hash pass over the client text, shared by the memory backend and the
+//! block cache, so neither stores (or hashes again) what a client sent.
+
+use std::{
+    collections::hash_map::RandomState,
+    hash::{BuildHasher, Hash, Hasher},
+};
+
+/// A client's 128-bit id: never 0, which the key tables keep for an empty slot.
+pub(crate) type ClientId = u128;
+
+/// Hashes clients with a random key drawn when it is made, so a client cannot aim for a
+/// collision it cannot compute.
+#[derive(Debug, Default)]
+pub(crate) struct ClientIds {
+    seed: RandomState,
+}
+
+impl ClientIds {
+    /// Two outputs of one pass over the client: the second is drawn after one more byte, from
+    /// the hasher's 256-bit state, so two clients that share the first half still differ in the
+    /// second (unless their states collide too).
+    pub(crate) fn id(&self, client: &str) -> ClientId {
+        let mut hasher = self.seed.build_hasher();
+        client.hash(&mut hasher);
+        let high = hasher.finish();
+        hasher.write_u8(0x5a);
+        ((u128::from(high) << 64) | u128::from(hasher.finish())).max(1)
+    }
+
+    /// Which of `shards` holds `id`: from the high half, where the key tables' probes (which
+    /// start from the low bits) do not look.
+    pub(crate) fn shard(id: ClientId, shards: usize) -> usize {
+        usize::try_from((id >> 64) % shards as u128).unwrap_or(0)
+    }
+}

@@ -1,0 +1,121 @@
+use std::{ops::Deref, time::Duration};
+
+use crate::{Decision, Error, RetryAfter};
+
+/// The decisions of one check: one [`Decision`] per policy, in the order the policies were
+/// given, never empty. The request passes only if [`allowed`](Self::allowed).
+///
+/// Derefs to `[Decision]` for iterating and indexing.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, RetryAfter};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let limiter = Limiter::new(MemoryBackend::default());
+/// let burst = Policy::builder("burst", Algorithm::Gcra)
+///     .limit(1)
+///     .window(Duration::from_secs(1))
+///     .build()?;
+/// let daily = Policy::builder("daily", Algorithm::FixedWindow)
+///     .limit(100)
+///     .window(Duration::from_secs(86_400))
+///     .build()?;
+/// let policies = [burst, daily];
+/// assert!(limiter.check_all(&policies, "k", 1).await?.allowed());
+/// let second = limiter.check_all(&policies, "k", 1).await?;
+/// assert!(!second.allowed());
+/// assert_eq!(&*second.most_restrictive().policy, "burst");
+/// assert!(matches!(second.retry_after(), Some(RetryAfter::After(_))));
+/// assert_eq!(second[1].remaining, 99, "the denied request consumed nothing");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Decisions {
+    items: Vec<Decision>,
+    error: Option<Error>,
+}
+
+impl Decisions {
+    /// Decisions of a check that the backend answered; `items` is not empty.
+    pub(crate) fn new(items: Vec<Decision>) -> Self {
+        debug_assert!(!items.is_empty(), "a check has at least one policy");
+        Self { items, error: None }
+    }
+
+    /// Decisions the failure policy made because the backend failed with `error`.
+    pub(crate) fn with_error(mut self, error: Option<Error>) -> Self {
+        self.error = error;
+        self
+    }
+
+    /// Whether every policy allows the request.
+    pub fn allowed(&self) -> bool {
+        self.items.iter().all(|d| d.allowed)
+    }
+
+    /// The decision a single-valued answer reports (a handler's extension, the legacy
+    /// `X-RateLimit-*` headers, a denial's message): the first denial, else the one with the least
+    /// remaining.
+    pub fn most_restrictive(&self) -> &Decision {
+        let first_denial = self.items.iter().find(|d| !d.allowed);
+        let least = || self.items.iter().min_by_key(|d| d.remaining);
+        first_denial
+            .or_else(least)
+            .unwrap_or_else(|| unreachable!("a check has at least one policy"))
+    }
+
+    /// When the request could pass: `None` when it is allowed, [`RetryAfter::Never`] when a
+    /// policy can never grant its cost, else the longest wait of the denying policies (the
+    /// request passes only once every one of them admits it).
+    pub fn retry_after(&self) -> Option<RetryAfter> {
+        let mut longest: Option<Duration> = None;
+        for decision in self.items.iter().filter(|d| !d.allowed) {
+            match decision.retry_after {
+                Some(RetryAfter::After(wait)) => longest = longest.max(Some(wait)),
+                Some(RetryAfter::Never) => return Some(RetryAfter::Never),
+                None => {}
+            }
+        }
+        longest.map(RetryAfter::After)
+    }
+
+    /// Why the failure policy answered instead of the backend, when a
+    /// [`GuardedLimiter`](crate::GuardedLimiter)'s backend failed. `None` when the backend
+    /// decided, or when a failure reason shows with no error: the circuit was open.
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+
+    /// The decisions, one per policy.
+    pub fn into_vec(self) -> Vec<Decision> {
+        self.items
+    }
+}
+
+impl Deref for Decisions {
+    type Target = [Decision];
+
+    fn deref(&self) -> &[Decision] {
+        &self.items
+    }
+}
+
+impl<'a> IntoIterator for &'a Decisions {
+    type Item = &'a Decision;
+    type IntoIter = std::slice::Iter<'a, Decision>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
+    }
+}
+
+impl IntoIterator for Decisions {
+    type Item = Decision;
+    type IntoIter = std::vec::IntoIter<Decision>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.into_iter()
+    }
+}

@@ -1,0 +1,339 @@
+use std::{
+    collections::HashSet,
+    fmt,
+    sync::{Arc, OnceLock},
+    time::{Duration, Instant},
+};
+
+use super::block_cache::Slot;
+use crate::{
+    BlockCache, Check, CircuitBreaker, ConfigError, Decision, Decisions, Error, ErrorKind,
+    FailurePolicy, Limiter, Policy, Reason, Stats, Timestamp, backend::Started,
+};
+
+/// A source of explicit check times, for tests and replays; see [`GuardedLimiter::clock`].
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// A [`Limiter`] with a fixed set of policies, a time budget, a failure policy, a circuit
+/// breaker and a local block cache: every check returns decisions, whatever happens to the
+/// backend.
+///
+/// The policies are validated once, when the guard is built. Cheap to clone: clones share
+/// everything, counters and circuit included. The [tower layer](https://docs.rs/tower-redlimit)
+/// takes one of these.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, MemoryBackend, Policy};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let policy = Policy::builder("api", Algorithm::Gcra)
+///     .limit(100)
+///     .window(Duration::from_secs(60))
+///     .build()?;
+/// let guard = GuardedLimiter::new(Limiter::new(MemoryBackend::default()), [policy])?
+///     .failure(FailurePolicy::local())
+///     .budget(Duration::from_millis(20));
+/// assert!(guard.check("client", 1).await.allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct GuardedLimiter {
+    inner: Arc<Guard>,
+}
+
+#[derive(Clone)]
+struct Guard {
+    limiter: Limiter,
+    policies: Arc<[Policy]>,
+    /// The largest cost every policy can grant: a larger one is "never", which the backend says.
+    capacity: u64,
+    failure: FailurePolicy,
+    breaker: Arc<CircuitBreaker>,
+    budget: Duration,
+    stats: Arc<Stats>,
+    clock: Option<Clock>,
+    /// Only for a backend over the network: in process, asking the backend is as cheap.
+    blocks: Option<Arc<BlockCache>>,
+}
+
+impl fmt::Debug for GuardedLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let guard = &self.inner;
+        f.debug_struct("GuardedLimiter")
+            .field("policies", &guard.policies)
+            .field("failure", &guard.failure)
+            .field("budget", &guard.budget)
+            .field("circuit_open", &guard.breaker.is_open())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GuardedLimiter {
+    /// Guards `limiter` checking `policies` together.
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] for no policy, [`ConfigError::Duplicate`] naming a policy given
+    /// twice.
+    pub fn new(
+        limiter: Limiter,
+        policies: impl IntoIterator<Item = Policy>,
+    ) -> Result<Self, ConfigError> {
+        let policies: Arc<[Policy]> = policies.into_iter().collect();
+        if policies.is_empty() {
+            return Err(ConfigError::Missing { field: "policies" });
+        }
+        let mut names = HashSet::new();
+        if let Some(twice) = policies.iter().find(|p| !names.insert(p.name())) {
+            return Err(ConfigError::Duplicate {
+                field: "policies",
+                value: twice.name().to_owned(),
+            });
+        }
+        let capacity = policies.iter().map(Policy::capacity).min().unwrap_or(0);
+        let blocks = limiter
+            .backend()
+            .is_remote()
+            .then(|| Arc::new(BlockCache::default()));
+        Ok(Self {
+            inner: Arc::new(Guard {
+                limiter,
+                policies,
+                capacity,
+                failure: FailurePolicy::Open,
+                breaker: Arc::default(),
+                budget: Duration::from_millis(50),
+                stats: Arc::default(),
+                clock: None,
+                blocks,
+            }),
+        })
+    }
+
+    fn settings(&mut self) -> &mut Guard {
+        Arc::make_mut(&mut self.inner)
+    }
+
+    /// What to answer when the backend fails. Defaults to [`FailurePolicy::Open`].
+    #[must_use]
+    pub fn failure(mut self, failure: FailurePolicy) -> Self {
+        self.settings().failure = failure;
+        self
+    }
+
+    /// The most one check may wait for the backend before the failure policy answers.
+    /// Defaults to 50 ms; `Duration::ZERO` leaves only the backend's own budget
+    /// ([`RedisBackendBuilder::budget`](crate::RedisBackendBuilder::budget)).
+    #[must_use]
+    pub fn budget(mut self, budget: Duration) -> Self {
+        self.settings().budget = budget;
+        self
+    }
+
+    /// The circuit breaker. Defaults to [`CircuitBreaker::default`].
+    #[must_use]
+    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.settings().breaker = Arc::new(breaker);
+        self
+    }
+
+    /// Denies clients known to be over their limit locally, with no backend call; see
+    /// [`BlockCache`]. Defaults to `Some(BlockCache::default())` on Redis; `None` sends every
+    /// check to the backend. The memory backend decides in process anyway and never uses one.
+    #[must_use]
+    pub fn block_cache(mut self, cache: Option<BlockCache>) -> Self {
+        let remote = self.inner.limiter.backend().is_remote();
+        self.settings().blocks = cache.filter(|_| remote).map(Arc::new);
+        self
+    }
+
+    /// Decides at the times `clock` gives instead of the backend's clock (Redis `TIME`): for
+    /// tests and deterministic replays. Defaults to none.
+    #[must_use]
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.settings().clock = Some(clock);
+        self
+    }
+
+    /// The policies, in order.
+    pub fn policies(&self) -> &[Policy] {
+        &self.inner.policies
+    }
+
+    /// The guarded limiter.
+    pub fn limiter(&self) -> &Limiter {
+        &self.inner.limiter
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    /// The circuit breaker.
+    pub fn breaker(&self) -> &CircuitBreaker {
+        &self.inner.breaker
+    }
+
+    /// The block cache, if there is one.
+    pub fn blocks(&self) -> Option<&BlockCache> {
+        self.inner.blocks.as_deref()
+    }
+
+    /// Checks one request of `cost` by `client` against every policy. Never fails: when the
+    /// backend does, the failure policy decides and [`Decisions::error`] says why.
+    ///
+    /// The memory backend, a local block and an open circuit decide here and now (see
+    /// [`Check::into_ready`]); a check on Redis is decided when the returned [`Check`] is
+    /// awaited.
+    pub fn check(&self, client: &str, cost: u64) -> Check {
+        let guard = &*self.inner;
+        // Where the answer is recorded if it blocks, and when the check was sent.
+        let mut block = None;
+        // A cost no policy can ever grant gets its "never" from the backend.
+        if let Some(blocks) = guard.blocks.as_ref().filter(|_| cost <= guard.capacity) {
+            let sent_us = guard.local_now_us();
+            let slot = blocks.slot(client);
+            if let Some(blocked) = blocks.blocked(&slot, cost, sent_us) {
+                return Check::ready(guard.counted(blocked));
+            }
+            block = Some((slot, sent_us));
+        }
+        let now = guard.clock.as_ref().map(|clock| clock());
+        match guard.limiter.start(&guard.policies, client, cost, now) {
+            Started::Ready(Ok(decisions)) => Check::ready(guard.counted(decisions)),
+            Started::Ready(Err(error)) => self.fail(client, cost, Some(error)),
+            Started::Waiting(answer) => {
+                if !guard.breaker.permit() {
+                    return self.fail(client, cost, None);
+                }
+                let this = self.clone();
+                let client = client.to_owned();
+                Check::waiting(async move {
+                    let answer = this.inner.within_budget(answer).await;
+                    this.remote(answer, &client, cost, block).await
+                })
+            }
+        }
+    }
+
+    /// Takes the backend's answer (recorded in the block cache at `block`), or its failure to
+    /// the failure policy.
+    async fn remote(
+        &self,
+        answer: Result<Decisions, Error>,
+        client: &str,
+        cost: u64,
+        block: Option<(Slot, u64)>,
+    ) -> Decisions {
+        let guard = &*self.inner;
+        match answer {
+            Ok(decisions) => {
+                guard.breaker.record(true);
+                if let (Some(blocks), Some((slot, sent_us))) = (&guard.blocks, &block) {
+                    blocks.record(slot, cost, *sent_us, &decisions);
+                }
+                guard.counted(decisions)
+            }
+            Err(error) => {
+                // One client's corrupt key says nothing about the backend's health.
+                guard.breaker.record(error.is_corrupt_state());
+                guard.stats.count_failed(error.kind());
+                self.fail(client, cost, Some(error)).await
+            }
+        }
+    }
+
+    /// The failure policy's answer, after `error` (or with none: the circuit is open).
+    fn fail(&self, client: &str, cost: u64, error: Option<Error>) -> Check {
+        let guard = &*self.inner;
+        let local = match &guard.failure {
+            FailurePolicy::Open => {
+                let open = guard.policies.iter().map(Decision::fail_open).collect();
+                return Check::ready(guard.counted(Decisions::new(open).with_error(error)));
+            }
+            FailurePolicy::Closed => {
+                return Check::ready(guard.counted(guard.closed().with_error(error)));
+            }
+            FailurePolicy::Local(local) => local,
+        };
+        let now = guard.clock.as_ref().map(|clock| clock());
+        match local.start(&guard.policies, client, cost, now) {
+            Started::Ready(answer) => Check::ready(guard.fallback(answer, error)),
+            Started::Waiting(answer) => {
+                let this = self.clone();
+                Check::waiting(async move { this.inner.fallback(answer.await, error) })
+            }
+        }
+    }
+}
+
+impl Guard {
+    async fn within_budget(
+        &self,
+        answer: impl Future<Output = Result<Decisions, Error>>,
+    ) -> Result<Decisions, Error> {
+        if self.budget.is_zero() {
+            return answer.await;
+        }
+        tokio::time::timeout(self.budget, answer)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("no decision within the budget of {:?}", self.budget),
+                ))
+            })
+    }
+
+    /// The fallback limiter's decisions, or a closed answer when it failed too.
+    fn fallback(&self, answer: Result<Decisions, Error>, error: Option<Error>) -> Decisions {
+        let decisions = match answer {
+            Ok(decisions) => {
+                let relabelled = decisions
+                    .into_iter()
+                    .map(|decision| Decision {
+                        reason: Reason::Fallback,
+                        ..decision
+                    })
+                    .collect();
+                Decisions::new(relabelled)
+            }
+            Err(_) => self.closed(),
+        };
+        self.counted(decisions.with_error(error))
+    }
+
+    fn closed(&self) -> Decisions {
+        let retry = self.breaker.cooldown().max(Duration::from_secs(1));
+        let closed = self
+            .policies
+            .iter()
+            .map(|p| Decision::fail_closed(p, retry))
+            .collect();
+        Decisions::new(closed)
+    }
+
+    fn counted(&self, decisions: Decisions) -> Decisions {
+        // One path decides all the policies of a check: the first one's reason is theirs.
+        if let Some(first) = decisions.first() {
+            self.stats.count_decided(first.reason);
+        }
+        decisions
+    }
+
+    /// Microseconds on the clock block times are kept in: the explicit clock if there is one,
+    /// else a monotonic one.
+    fn local_now_us(&self) -> u64 {
+        match &self.clock {
+            Some(clock) => clock().as_micros(),
+            None => u64::try_from(process_start().elapsed().as_micros()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+fn process_start() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}

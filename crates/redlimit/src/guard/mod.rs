@@ -1,0 +1,21 @@
+//! What stands between a request and the backend: a time budget, a failure policy (fail open,
+//! fail closed, or a local fallback), a circuit breaker, a local block cache, and counters of
+//! every outcome. [`GuardedLimiter`] holds them together.
+
+mod block_cache;
+mod check;
+mod circuit_breaker;
+mod failure_policy;
+mod guarded_limiter;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+pub use self::{
+    block_cache::BlockCache,
+    check::Check,
+    circuit_breaker::CircuitBreaker,
+    failure_policy::FailurePolicy,
+    guarded_limiter::{Clock, GuardedLimiter},
+    stats::Stats,
+};
