@@ -1,4 +1,4 @@
-//! Bodies of the limiter's own responses.
+//! The response body: the service's own, or the limiter's answer.
 
 use std::{
     convert::Infallible,
@@ -8,66 +8,103 @@ use std::{
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use pin_project_lite::pin_project;
 
-/// A response body the limiter can write its own answers in (a denial's text or JSON, or
-/// nothing for gRPC).
-///
-/// The layer returns the wrapped service's own response type, untouched on the way through: no
-/// wrapper body, no extra boxing. Implemented for axum's and tonic's bodies (features `axum` and
-/// `tonic`) and for [`Bytes`] and `String`; implement it for another body type to use the layer
-/// with it.
-pub trait RejectionBody: Sized {
-    /// A body holding `bytes`.
-    fn from_bytes(bytes: Bytes) -> Self;
-}
-
-#[cfg(feature = "axum")]
-impl RejectionBody for axum::body::Body {
-    fn from_bytes(bytes: Bytes) -> Self {
-        Self::from(bytes)
+pin_project! {
+    /// The response body of [`RateLimit`](crate::RateLimit): the wrapped service's own body,
+    /// passed through untouched, or the limiter's own answer (a denial's text or JSON, nothing
+    /// for gRPC).
+    ///
+    /// Works with any body whose data is [`Bytes`]: axum's and tonic's bodies, `String`,
+    /// `http_body_util::Full<Bytes>` and its boxed bodies, tower-http's compression body.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http_body_util::{BodyExt, Full};
+    /// use tower_redlimit::ResponseBody;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let body = ResponseBody::new(Full::new(Bytes::from_static(b"hello")));
+    /// assert!(!body.is_rejection());
+    /// assert_eq!(body.collect().await.unwrap().to_bytes(), "hello");
+    /// # });
+    /// ```
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
     }
 }
 
-#[cfg(feature = "tonic")]
-impl RejectionBody for tonic::body::Body {
-    fn from_bytes(bytes: Bytes) -> Self {
-        Self::new(Full(Some(bytes).filter(|b| !b.is_empty())))
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Service { #[pin] body: B },
+        Rejection { body: Full<Bytes> },
     }
 }
 
-impl RejectionBody for Bytes {
-    fn from_bytes(bytes: Bytes) -> Self {
-        bytes
+impl<B> ResponseBody<B> {
+    /// The service's own `body`.
+    pub fn new(body: B) -> Self {
+        Self {
+            kind: Kind::Service { body },
+        }
+    }
+
+    /// The limiter's answer, holding `bytes`.
+    pub(crate) fn rejection(bytes: Bytes) -> Self {
+        Self {
+            kind: Kind::Rejection {
+                body: Full::new(bytes),
+            },
+        }
+    }
+
+    /// Whether this is the limiter's answer rather than the service's body.
+    pub fn is_rejection(&self) -> bool {
+        matches!(self.kind, Kind::Rejection { .. })
     }
 }
 
-impl RejectionBody for String {
-    fn from_bytes(bytes: Bytes) -> Self {
-        String::from_utf8_lossy(&bytes).into_owned()
+impl<B> std::fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.is_rejection() {
+            "rejection"
+        } else {
+            "service"
+        };
+        f.debug_struct("ResponseBody").field("kind", &kind).finish()
     }
 }
 
-/// All its data in one frame.
-#[derive(Debug)]
-#[cfg_attr(not(feature = "tonic"), allow(dead_code))]
-struct Full(Option<Bytes>);
-
-impl Body for Full {
+impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = B::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.0.take().map(|data| Ok(Frame::data(data))))
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Service { body } => body.poll_frame(cx),
+            KindProj::Rejection { body } => Pin::new(body)
+                .poll_frame(cx)
+                .map_err(|never: Infallible| match never {}),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.0.is_none()
+        match &self.kind {
+            Kind::Service { body } => body.is_end_stream(),
+            Kind::Rejection { body } => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.0.as_ref().map_or(0, |d| d.len() as u64))
+        match &self.kind {
+            Kind::Service { body } => body.size_hint(),
+            Kind::Rejection { body } => body.size_hint(),
+        }
     }
 }

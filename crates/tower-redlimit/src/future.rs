@@ -8,15 +8,14 @@ use std::{
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use redlimit::{Checked, Decision};
+use redlimit::{Check, Decisions};
 use tower_service::Service;
 
-use crate::{RateLimitLayer, RejectionBody, headers};
-
-type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
+use crate::{ResponseBody, runtime::Runtime};
 
 pin_project! {
-    /// The response future of [`RateLimit`](crate::RateLimit): the check, then the inner call.
+    /// The response future of [`RateLimit`](crate::RateLimit): the check, then the inner call,
+    /// or the limiter's answer, which may be ready at once.
     pub struct ResponseFuture<S, B>
     where
         S: Service<Request<B>>,
@@ -35,13 +34,13 @@ pin_project! {
         // Boxed: only checks that wait for Redis take this state, and the others should not
         // carry (and move) a whole request's room in their future.
         Checking {
-            check: CheckFuture,
+            check: Check,
             pending: Option<Box<Pending<S, B>>>,
         },
         Calling {
             #[pin]
             future: S::Future,
-            headers: Option<(Arc<RateLimitLayer>, Vec<Decision>)>,
+            headers: Option<(Arc<Runtime>, Decisions)>,
         },
         Answered {
             response: Option<Response<Bytes>>,
@@ -49,24 +48,30 @@ pin_project! {
     }
 }
 
+impl<S: Service<Request<B>>, B> std::fmt::Debug for ResponseFuture<S, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
 impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
     /// A check already decided: call the service or answer.
     pub(crate) fn decided(
-        checked: Checked,
+        decisions: Decisions,
         service: &mut S,
         request: Request<B>,
-        layer: &Arc<RateLimitLayer>,
+        runtime: &Arc<Runtime>,
     ) -> Self {
         Self {
-            state: decide(checked, service, request, layer),
+            state: decide(decisions, service, request, runtime),
         }
     }
 
     pub(crate) fn checking(
-        check: CheckFuture,
+        check: Check,
         service: S,
         request: Request<B>,
-        layer: Arc<RateLimitLayer>,
+        runtime: Arc<Runtime>,
     ) -> Self {
         Self {
             state: State::Checking {
@@ -74,7 +79,7 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
                 pending: Some(Box::new(Pending {
                     service,
                     request,
-                    layer,
+                    runtime,
                 })),
             },
         }
@@ -102,68 +107,62 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
 struct Pending<S, B> {
     service: S,
     request: Request<B>,
-    layer: Arc<RateLimitLayer>,
+    runtime: Arc<Runtime>,
 }
 
 /// After the check: the service is called with the decision in the request's extensions, or
 /// the request is answered without it.
 fn decide<S: Service<Request<B>>, B>(
-    checked: Checked,
+    decisions: Decisions,
     service: &mut S,
     mut request: Request<B>,
-    layer: &Arc<RateLimitLayer>,
+    runtime: &Arc<Runtime>,
 ) -> State<S, B> {
-    if !checked.allowed() {
+    if !decisions.allowed() {
         return State::Answered {
-            response: Some(layer.reject(&checked.decisions, request.headers())),
+            response: Some(runtime.reject(&decisions, request.headers())),
         };
     }
-    if let Some(decision) = headers::most_restrictive(&checked.decisions) {
-        request.extensions_mut().insert(decision.clone());
-    }
+    request
+        .extensions_mut()
+        .insert(decisions.most_restrictive().clone());
     State::Calling {
         future: service.call(request),
-        headers: Some((Arc::clone(layer), checked.decisions)),
+        headers: Some((Arc::clone(runtime), decisions)),
     }
 }
 
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
-    ResBody: RejectionBody,
 {
-    type Output = Result<Response<ResBody>, S::Error>;
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
         loop {
             match state.as_mut().project() {
                 StateProj::Checking { check, pending } => {
-                    let checked = ready!(check.as_mut().poll(cx));
+                    let decisions = ready!(Pin::new(check).poll(cx));
                     let mut pending = *pending.take().expect("polled after completion");
                     let next = decide(
-                        checked,
+                        decisions,
                         &mut pending.service,
                         pending.request,
-                        &pending.layer,
+                        &pending.runtime,
                     );
                     state.set(next);
                 }
                 StateProj::Calling { future, headers } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some((layer, decisions)) = headers.take() {
-                        headers::insert(
-                            response.headers_mut(),
-                            layer.headers,
-                            &layer.policy_header,
-                            &decisions,
-                        );
+                    if let Some((runtime, decisions)) = headers.take() {
+                        runtime.add_headers(response.headers_mut(), &decisions);
                     }
-                    return Poll::Ready(Ok(response));
+                    return Poll::Ready(Ok(response.map(ResponseBody::new)));
                 }
                 StateProj::Answered { response } => {
                     let response = response.take().expect("polled after completion");
-                    return Poll::Ready(Ok(response.map(ResBody::from_bytes)));
+                    return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
                 }
             }
         }

@@ -5,9 +5,18 @@ use std::{fmt::Write as _, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use redlimit::{Decision, Policy, RetryAfter};
+use redlimit::{Decision, Decisions, Policy};
 
-/// Which rate-limit headers responses carry.
+/// Which rate-limit headers responses carry; see
+/// [`RateLimitLayer::headers`](crate::RateLimitLayer::headers).
+///
+/// ```
+/// use tower_redlimit::HeaderStyle;
+///
+/// assert_eq!("both".parse::<HeaderStyle>()?, HeaderStyle::Both);
+/// assert_eq!(HeaderStyle::default(), HeaderStyle::Ietf);
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum HeaderStyle {
@@ -50,25 +59,6 @@ pub(crate) fn seconds_up(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The decision a single-valued header reports: the first denial, else the least remaining.
-pub fn most_restrictive(decisions: &[Decision]) -> Option<&Decision> {
-    decisions
-        .iter()
-        .find(|d| !d.allowed)
-        .or_else(|| decisions.iter().min_by_key(|d| d.remaining))
-}
-
-/// The seconds a denied client should wait, if any wait helps.
-pub(crate) fn retry_after_secs(decisions: &[Decision]) -> Option<u64> {
-    decisions
-        .iter()
-        .filter_map(|d| match d.retry_after {
-            Some(RetryAfter::After(wait)) => Some(seconds_up(wait)),
-            _ => None,
-        })
-        .max()
-}
-
 /// The `RateLimit-Policy` value of `policies`, which never changes: `"name";q=100;w=60, …`.
 pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
     let mut value = String::new();
@@ -86,25 +76,35 @@ pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
     HeaderValue::try_from(value).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// Adds the headers of `style` for `decisions` (one per policy, in order); `policy` is the
-/// policies' [`policy_value`].
-pub(crate) fn insert(
+/// Adds the headers of `style` for `decisions` (one per policy, in order) that `headers` does
+/// not have yet; `policy` is the policies' [`policy_value`].
+pub(crate) fn add(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &HeaderValue,
-    decisions: &[Decision],
+    decisions: &Decisions,
 ) {
-    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both)
-        && let Ok(state) = HeaderValue::from_maybe_shared(state_value(decisions))
-    {
-        headers.insert(RATELIMIT_POLICY, policy.clone());
-        headers.insert(RATELIMIT, state);
+    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
+        headers
+            .entry(RATELIMIT_POLICY)
+            .or_insert_with(|| policy.clone());
+        if let http::header::Entry::Vacant(entry) = headers.entry(RATELIMIT)
+            && let Ok(state) = HeaderValue::from_maybe_shared(state_value(decisions))
+        {
+            entry.insert(state);
+        }
     }
-    let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both);
-    if let Some(d) = most_restrictive(decisions).filter(|_| legacy) {
-        headers.insert(X_LIMIT, HeaderValue::from(d.limit));
-        headers.insert(X_REMAINING, HeaderValue::from(d.remaining));
-        headers.insert(X_RESET, HeaderValue::from(seconds_up(d.reset_after)));
+    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        let d = decisions.most_restrictive();
+        headers
+            .entry(X_LIMIT)
+            .or_insert_with(|| HeaderValue::from(d.limit));
+        headers
+            .entry(X_REMAINING)
+            .or_insert_with(|| HeaderValue::from(d.remaining));
+        headers
+            .entry(X_RESET)
+            .or_insert_with(|| HeaderValue::from(seconds_up(d.reset_after)));
     }
 }
 
@@ -126,9 +126,13 @@ fn state_value(decisions: &[Decision]) -> Bytes {
         value.push(b'"');
         value.extend_from_slice(d.policy.as_bytes());
         value.extend_from_slice(b"\";r=");
-        push_number(&mut value, d.remaining);
+        value.extend_from_slice(itoa::Buffer::new().format(d.remaining).as_bytes());
         value.extend_from_slice(b";t=");
-        push_number(&mut value, seconds_up(d.reset_after));
+        value.extend_from_slice(
+            itoa::Buffer::new()
+                .format(seconds_up(d.reset_after))
+                .as_bytes(),
+        );
     }
     debug_assert_eq!(value.len(), length);
     Bytes::from(value)
@@ -137,20 +141,6 @@ fn state_value(decisions: &[Decision]) -> Bytes {
 /// How many decimal digits `n` has.
 fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |log| log as usize + 1)
-}
-
-fn push_number(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [b'0'; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] += u8::try_from(n % 10).unwrap_or(0);
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 #[cfg(test)]
@@ -166,12 +156,9 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_written_in_full() {
+    fn digits_are_counted_in_full() {
         for n in [0, 7, 9, 10, 42, 99, 100, 1_000_000, u64::MAX] {
-            let mut out = Vec::new();
-            push_number(&mut out, n);
-            assert_eq!(out, n.to_string().as_bytes());
-            assert_eq!(digits(n), out.len());
+            assert_eq!(digits(n), n.to_string().len());
         }
     }
 }

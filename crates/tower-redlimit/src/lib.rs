@@ -31,14 +31,15 @@ mod headers;
 mod key;
 mod layer;
 mod response;
+mod runtime;
 mod service;
 
 #[cfg(feature = "axum")]
 pub use self::key::MatchedRoute;
 pub use self::{
-    body::RejectionBody,
+    body::ResponseBody,
     future::ResponseFuture,
-    headers::{HeaderStyle, most_restrictive},
+    headers::HeaderStyle,
     key::{Both, ClientIp, Global, HeaderKey, KeyExtractor},
     layer::{MissingKey, RateLimitLayer},
     response::Rejected,

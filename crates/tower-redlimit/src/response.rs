@@ -2,17 +2,37 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
-use redlimit::{Decision, Reason, RetryAfter};
+use redlimit::{Decisions, Reason, RetryAfter};
 
-use crate::headers::{most_restrictive, retry_after_secs};
+use crate::headers::seconds_up;
 
 /// A request the limiter turned away, for building its response; see
 /// [`RateLimitLayer::rejection`](crate::RateLimitLayer::rejection).
+///
+/// ```
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http::{Response, StatusCode};
+/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+/// use tower_redlimit::{RateLimitLayer, Rejected};
+///
+/// let policy = Policy::builder("api", Algorithm::Gcra)
+///     .limit(10)
+///     .window(Duration::from_secs(1))
+///     .build()?;
+/// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy])?
+///     .rejection(|rejected: &Rejected<'_>| {
+///         let mut response = Response::new(Bytes::from(format!("slow down: {}", rejected.message())));
+///         *response.status_mut() = rejected.status();
+///         response
+///     });
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Rejected<'a> {
     /// One decision per policy; at least one is denied.
-    pub decisions: &'a [Decision],
+    pub decisions: &'a Decisions,
     /// Whether the request is gRPC (`content-type: application/grpc…`).
     pub grpc: bool,
 }
@@ -35,14 +55,17 @@ impl Rejected<'_> {
 
     /// Seconds until the request could pass (rounded up), or `None` when it never can.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        retry_after_secs(self.decisions)
+        match self.decisions.retry_after() {
+            Some(RetryAfter::After(wait)) => Some(seconds_up(wait)),
+            _ => None,
+        }
     }
 
     /// A one-line explanation.
     pub fn message(&self) -> String {
-        let denied = most_restrictive(self.decisions);
-        let policy = denied.map_or("", |d| &*d.policy);
-        match (self.status(), denied.and_then(|d| d.retry_after)) {
+        let denied = self.decisions.most_restrictive();
+        let policy = &*denied.policy;
+        match (self.status(), denied.retry_after) {
             (StatusCode::SERVICE_UNAVAILABLE, _) => {
                 "rate limiter unavailable; try again later".to_owned()
             }
@@ -79,7 +102,7 @@ pub(crate) fn default_response(rejected: &Rejected<'_>, problem_json: bool) -> R
         let retry = rejected
             .retry_after_secs()
             .map_or_else(String::new, |secs| format!(",\"retry_after\":{secs}"));
-        let policy = most_restrictive(rejected.decisions).map_or("", |d| &*d.policy);
+        let policy = &*rejected.decisions.most_restrictive().policy;
         let body = format!(
             "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{message}\",\"policy\":\"{policy}\"{retry}}}",
             status.canonical_reason().unwrap_or_default(),

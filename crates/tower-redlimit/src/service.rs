@@ -6,32 +6,75 @@ use std::{
 use http::{Request, Response};
 use tower_service::Service;
 
-use crate::{RateLimitLayer, RejectionBody, future::ResponseFuture};
+use crate::{ResponseBody, future::ResponseFuture, runtime::Runtime};
 
-/// A service limited by a [`RateLimitLayer`].
-#[derive(Debug, Clone)]
+/// A service limited by a [`RateLimitLayer`](crate::RateLimitLayer).
+///
+/// ```
+/// use std::{convert::Infallible, time::Duration};
+/// use http::{Request, Response, StatusCode};
+/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+/// use tower::{Layer, ServiceExt, service_fn};
+/// use tower_redlimit::{Global, RateLimitLayer};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let policy = Policy::builder("p", Algorithm::FixedWindow)
+///     .limit(1)
+///     .window(Duration::from_secs(60))
+///     .build()?;
+/// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy])?
+///     .key(Global);
+/// let service = layer.layer(service_fn(|_: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// }));
+/// let first = service.clone().oneshot(Request::new(())).await?;
+/// assert_eq!(first.status(), StatusCode::OK);
+/// let second = service.oneshot(Request::new(())).await?;
+/// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
 pub struct RateLimit<S> {
     inner: S,
-    layer: Arc<RateLimitLayer>,
+    runtime: Arc<Runtime>,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("guard", &self.runtime.guard)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S> RateLimit<S> {
-    pub(crate) fn new(inner: S, layer: Arc<RateLimitLayer>) -> Self {
-        Self { inner, layer }
+    pub(crate) fn new(inner: S, runtime: Arc<Runtime>) -> Self {
+        Self { inner, runtime }
     }
 
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
-    ResBody: RejectionBody,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 
@@ -40,35 +83,29 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // Borrowed apart: the key may borrow from the layer while the service is called.
-        let Self { inner, layer } = self;
+        let runtime = &self.runtime;
         let (parts, body) = request.into_parts();
-        let key = match layer.key_of(&parts) {
-            Ok(Some(key)) => key,
+        let check = match runtime.key_of(&parts) {
+            Ok(Some(key)) => runtime.guard.check(&key, runtime.cost_of(&parts)),
             // Unlimited: the service that is ready takes it now.
-            Ok(None) => return ResponseFuture::pass(inner.call(Request::from_parts(parts, body))),
-            Err(status) => {
-                return ResponseFuture::ready(RateLimitLayer::missing_key_response(status));
-            }
-        };
-        let cost = layer.cost_of(&parts);
-        // Memory and locally blocked clients are decided at once: the ready service is called
-        // (or not) now, with no clone, no boxed future and no copy of the key.
-        let key = match layer.guard.check_now(&key, cost) {
-            Some(checked) => {
-                drop(key);
+            Ok(None) => {
                 let request = Request::from_parts(parts, body);
-                return ResponseFuture::decided(checked, inner, request, layer);
+                return ResponseFuture::pass(self.inner.call(request));
             }
-            None => key.into_owned(),
+            Err(status) => return ResponseFuture::ready(Runtime::missing_key_response(status)),
         };
         let request = Request::from_parts(parts, body);
-        // The call waits for Redis. The clone may not be ready: keep the one that is for the
-        // future, leave the clone in its place.
-        let clone = inner.clone();
-        let ready = std::mem::replace(inner, clone);
-        let shared = Arc::clone(layer);
-        let check = Box::pin(async move { shared.guard.check(&key, cost).await });
-        ResponseFuture::checking(check, ready, request, Arc::clone(layer))
+        match check.into_ready() {
+            // Memory, a local block, an open circuit: the ready service is called (or not) now,
+            // with no clone and no future kept.
+            Ok(decisions) => ResponseFuture::decided(decisions, &mut self.inner, request, runtime),
+            Err(waiting) => {
+                // The call waits for Redis. The clone may not be ready: keep the one that is
+                // for the future, leave the clone in its place.
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::checking(waiting, ready, request, Arc::clone(runtime))
+            }
+        }
     }
 }

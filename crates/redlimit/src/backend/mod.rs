@@ -7,14 +7,13 @@ pub(crate) mod script;
 
 use std::{future::Future, pin::Pin, time::Duration};
 
+use self::script::{Answer, Invocation};
 pub use self::{
     memory::{MemoryBackend, MemoryBackendBuilder},
     redis::{RedisBackend, RedisBackendBuilder},
 };
-use self::script::{Answer, Invocation};
 use crate::{
-    Decision, Decisions, Error, KeyScheme, Policy, Reason, RetryAfter, Timestamp,
-    algorithm::Denial,
+    Decision, Decisions, Error, KeyScheme, Policy, Reason, RetryAfter, Timestamp, algorithm::Denial,
 };
 
 /// Where a [`Limiter`](crate::Limiter) keeps its state.

@@ -152,7 +152,10 @@ impl RedisBackend {
                 self.discard(generation);
                 Err(Error::new(
                     ErrorKind::Timeout,
-                    format!("redis did not answer within its budget of {:?}", inner.budget),
+                    format!(
+                        "redis did not answer within its budget of {:?}",
+                        inner.budget
+                    ),
                 ))
             }
         }

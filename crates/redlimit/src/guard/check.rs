@@ -55,9 +55,11 @@ impl Future for Check {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Decisions> {
         match &mut self.state {
-            State::Ready(decisions) => {
-                Poll::Ready(decisions.take().expect("a check polled after it was decided"))
-            }
+            State::Ready(decisions) => Poll::Ready(
+                decisions
+                    .take()
+                    .expect("a check polled after it was decided"),
+            ),
             State::Waiting(future) => future.as_mut().poll(cx),
         }
     }

@@ -67,7 +67,11 @@ async fn a_check_on_redis_hashes_the_client_once_and_locks_the_cache_once_a_step
 
     let denied = guard.check("client", 1).await;
     assert!(!denied.allowed() && denied[0].reason == Reason::Redis);
-    assert_eq!(counts(), (2, 3), "denied: one hash, the lookup and the record");
+    assert_eq!(
+        counts(),
+        (2, 3),
+        "denied: one hash, the lookup and the record"
+    );
 
     let blocked = guard.check("client", 1).await;
     assert_eq!(blocked[0].reason, Reason::LocalBlock);

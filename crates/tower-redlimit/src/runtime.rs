@@ -1,0 +1,98 @@
+//! What every service of one layer shares while it runs: the guard, the key and cost rules, and
+//! how answers are written.
+
+use std::{borrow::Cow, sync::Arc};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header, request::Parts};
+use redlimit::{Decisions, GuardedLimiter};
+
+use crate::{
+    HeaderStyle, KeyExtractor, MissingKey,
+    headers::{self, policy_value},
+    response::{Rejected, default_response},
+};
+
+pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+pub(crate) type RejectionFn = dyn Fn(&Rejected<'_>) -> Response<Bytes> + Send + Sync;
+
+#[derive(Clone)]
+pub(crate) struct Runtime {
+    pub(crate) guard: GuardedLimiter,
+    pub(crate) key: Arc<dyn KeyExtractor>,
+    pub(crate) cost: Arc<CostFn>,
+    pub(crate) headers: HeaderStyle,
+    /// The `RateLimit-Policy` value, the same on every response.
+    policy_header: HeaderValue,
+    pub(crate) problem_json: bool,
+    pub(crate) rejection: Option<Arc<RejectionFn>>,
+    pub(crate) missing_key: MissingKey,
+}
+
+impl Runtime {
+    pub(crate) fn new(guard: GuardedLimiter, key: Arc<dyn KeyExtractor>) -> Self {
+        Self {
+            policy_header: policy_value(guard.policies()),
+            guard,
+            key,
+            cost: Arc::new(|_: &Parts| 1),
+            headers: HeaderStyle::default(),
+            problem_json: false,
+            rejection: None,
+            missing_key: MissingKey::default(),
+        }
+    }
+
+    /// The key of a request after the missing-key rule: `Ok(None)` lets it through unlimited,
+    /// `Err` is the status to answer with.
+    pub(crate) fn key_of<'a>(
+        &'a self,
+        parts: &'a Parts,
+    ) -> Result<Option<Cow<'a, str>>, StatusCode> {
+        match (self.key.extract(parts), &self.missing_key) {
+            (Some(key), _) => Ok(Some(key)),
+            (None, MissingKey::Allow) => Ok(None),
+            (None, MissingKey::Shared(key)) => Ok(Some(Cow::Borrowed(key))),
+            (None, MissingKey::Reject(status)) => Err(*status),
+        }
+    }
+
+    pub(crate) fn missing_key_response(status: StatusCode) -> Response<Bytes> {
+        let mut response = Response::new(Bytes::from_static(
+            b"no rate-limit key for this request (is the peer address recorded?)\n",
+        ));
+        *response.status_mut() = status;
+        response
+    }
+
+    pub(crate) fn cost_of(&self, parts: &Parts) -> u64 {
+        (self.cost)(parts)
+    }
+
+    /// The response to a denied request, with `Retry-After` and the rate-limit headers; in
+    /// gRPC's form when the request's headers say it is gRPC.
+    pub(crate) fn reject(&self, decisions: &Decisions, request: &HeaderMap) -> Response<Bytes> {
+        let grpc = request
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let rejected = Rejected { decisions, grpc };
+        let mut response = match &self.rejection {
+            Some(respond) => respond(&rejected),
+            None => default_response(&rejected, self.problem_json),
+        };
+        if let Some(secs) = rejected.retry_after_secs() {
+            response
+                .headers_mut()
+                .entry(header::RETRY_AFTER)
+                .or_insert_with(|| HeaderValue::from(secs));
+        }
+        self.add_headers(response.headers_mut(), decisions);
+        response
+    }
+
+    /// Adds the rate-limit headers of `decisions` that `response` does not already have: a
+    /// response the service (or a custom rejection) wrote its own into keeps them.
+    pub(crate) fn add_headers(&self, response: &mut HeaderMap, decisions: &Decisions) {
+        headers::add(response, self.headers, &self.policy_header, decisions);
+    }
+}

@@ -1,0 +1,178 @@
+//! The layer's own logic against a mock inner service: no Redis needed.
+
+use std::{convert::Infallible, future::Future, task::Poll, time::Duration};
+
+use http::{Request, Response, StatusCode};
+use redlimit::{
+    Algorithm, FailurePolicy, GuardedLimiter, Limiter, MemoryBackend, Policy, Reason, RedisBackend,
+};
+use tower::{Layer, Service};
+use tower_redlimit::{Global, RateLimit, RateLimitLayer, ResponseBody};
+use tower_test::mock;
+
+type Mock = mock::Mock<Request<()>, Response<String>>;
+type Handle = mock::Handle<Request<()>, Response<String>>;
+
+fn policy(limit: u64) -> Policy {
+    Policy::builder("p", Algorithm::FixedWindowAnchored)
+        .limit(limit)
+        .window(Duration::from_secs(600))
+        .build()
+        .expect("valid")
+}
+
+fn limited(layer: RateLimitLayer) -> (RateLimit<Mock>, Handle) {
+    let (service, handle) = mock::pair();
+    (layer.key(Global).layer(service), handle)
+}
+
+fn in_memory(limit: u64) -> RateLimitLayer {
+    RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy(limit)])
+        .expect("valid")
+}
+
+/// A guard whose checks wait for a Redis that refuses connections (a closed loopback port), so
+/// they take the waiting path and end with the failure policy: fail open.
+fn waiting() -> RateLimitLayer {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let redis = RedisBackend::builder(format!("redis://{closed}"))
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let guard = GuardedLimiter::new(Limiter::new(redis), [policy(10)])
+        .expect("valid")
+        .failure(FailurePolicy::Open)
+        .budget(Duration::from_secs(5));
+    RateLimitLayer::new(guard)
+}
+
+fn poll_ready(
+    service: &mut RateLimit<Mock>,
+) -> Poll<Result<(), Box<dyn std::error::Error + Send + Sync>>> {
+    let waker = std::task::Waker::noop();
+    service.poll_ready(&mut std::task::Context::from_waker(waker))
+}
+
+async fn answer(handle: &mut Handle, body: &str) -> Request<()> {
+    let (request, respond) = handle.next_request().await.expect("the service was called");
+    respond.send_response(Response::new(body.to_owned()));
+    request
+}
+
+async fn body(response: Response<ResponseBody<String>>) -> String {
+    use http_body_util::BodyExt;
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("infallible")
+        .to_bytes();
+    String::from_utf8(bytes.to_vec()).expect("utf-8")
+}
+
+#[tokio::test]
+async fn readiness_is_the_inner_services() {
+    let (mut service, mut handle) = limited(in_memory(10));
+    handle.allow(0);
+    assert!(
+        poll_ready(&mut service).is_pending(),
+        "not ready while the inner one is not"
+    );
+    handle.allow(1);
+    assert!(poll_ready(&mut service).is_ready());
+    handle.send_error("broken");
+    assert!(
+        matches!(poll_ready(&mut service), Poll::Ready(Err(_))),
+        "its errors too"
+    );
+}
+
+#[tokio::test]
+async fn a_denial_does_not_call_the_inner_service() {
+    let (mut service, mut handle) = limited(in_memory(1));
+    handle.allow(2);
+    assert!(poll_ready(&mut service).is_ready());
+    let first = service.call(Request::new(()));
+    let request = answer(&mut handle, "hello").await;
+    let decision = request
+        .extensions()
+        .get::<redlimit::Decision>()
+        .expect("in the extensions");
+    assert_eq!((decision.reason, decision.remaining), (Reason::Memory, 0));
+    let first = first.await.expect("served");
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()["ratelimit"], "\"p\";r=0;t=600");
+    assert_eq!(body(first).await, "hello");
+
+    assert!(poll_ready(&mut service).is_ready());
+    let second = service.call(Request::new(())).await.expect("answered");
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = second.headers()["retry-after"]
+        .to_str()
+        .expect("text")
+        .parse()
+        .expect("seconds");
+    assert!((1..=600).contains(&retry), "{retry}");
+    assert!(second.body().is_rejection());
+    assert!(body(second).await.contains("rate limit p exceeded"));
+    assert!(
+        futures_ready(handle.next_request()).is_none(),
+        "the inner service never saw the denied request"
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_check_calls_the_service_that_was_ready_and_leaves_a_clone() {
+    let (mut service, mut handle) = limited(waiting());
+    handle.allow(1);
+    assert!(poll_ready(&mut service).is_ready());
+    // The mock panics when a service is called before it is ready: the future must call the
+    // one that was polled ready, not the clone left behind.
+    let pending = service.call(Request::new(()));
+    let responded = async {
+        let request = answer(&mut handle, "ok").await;
+        request
+            .extensions()
+            .get::<redlimit::Decision>()
+            .map(|d| d.reason)
+    };
+    let (response, reason) = tokio::join!(pending, responded);
+    assert_eq!(response.expect("served").status(), StatusCode::OK);
+    assert_eq!(reason, Some(Reason::FailOpen), "Redis refused: fail open");
+    handle.allow(0);
+    assert!(
+        poll_ready(&mut service).is_pending(),
+        "the clone left in place must be polled ready on its own"
+    );
+}
+
+#[tokio::test]
+async fn the_layers_headers_do_not_replace_the_services_own() {
+    let layer = in_memory(5);
+    let inner = tower::service_fn(|_: Request<()>| async {
+        let mut response = Response::new(String::new());
+        response
+            .headers_mut()
+            .insert("ratelimit", "\"inner\";r=1;t=1".parse().expect("valid"));
+        Ok::<_, Infallible>(response)
+    });
+    let mut service = layer.key(Global).layer(inner);
+    let response = service.call(Request::new(())).await.expect("served");
+    assert_eq!(response.headers()["ratelimit"], "\"inner\";r=1;t=1");
+    assert_eq!(response.headers()["ratelimit-policy"], "\"p\";q=5;w=600");
+}
+
+/// The output of `future` if it is ready at its first poll.
+fn futures_ready<F: Future>(future: F) -> Option<F::Output> {
+    let waker = std::task::Waker::noop();
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(waker))
+    {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}
