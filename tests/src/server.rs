@@ -134,7 +134,7 @@ impl RedisServer {
     /// A redlimit backend on this server with a generous time budget.
     pub fn backend(&self) -> RedisBackend {
         RedisBackend::builder(self.url())
-            .timeout(Duration::from_secs(5))
+            .budget(Duration::from_secs(5))
             .build()
             .expect("a valid url")
     }

@@ -33,7 +33,7 @@ fn main() {
                 .with_state(())
         };
         let limit = |style| {
-            RateLimitLayer::new(Limiter::new(MemoryBackend::default()), [policy.clone()])
+            RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy.clone()])
                 .expect("a valid layer")
                 .key(HeaderKey::new("x-client").expect("a valid header"))
                 .headers(style)

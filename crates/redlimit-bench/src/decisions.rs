@@ -71,7 +71,7 @@ pub(crate) fn policy(algorithm: Algorithm, limit: u64) -> Policy {
 
 pub(crate) fn redis_limiter(url: &str, prefix: &str) -> Limiter {
     let backend = RedisBackend::builder(url)
-        .timeout(std::time::Duration::from_secs(2))
+        .budget(std::time::Duration::from_secs(2))
         .build()
         .expect("a valid url");
     Limiter::with_prefix(backend, prefix).expect("a valid prefix")

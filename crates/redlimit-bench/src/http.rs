@@ -31,10 +31,10 @@ fn hello() -> Router {
 
 /// The limit every layered contender applies: fixed window, 100 per 60 s, per `x-client`.
 fn limit(limiter: Limiter) -> RateLimitLayer {
-    RateLimitLayer::new(limiter, [policy(Algorithm::FixedWindow, 100)])
+    RateLimitLayer::with_policies(limiter, [policy(Algorithm::FixedWindow, 100)])
         .expect("a valid layer")
         .key(HeaderKey::new("x-client").expect("a valid header"))
-        .timeout(std::time::Duration::from_secs(2))
+        .budget(std::time::Duration::from_secs(2))
 }
 
 /// Serves the apps on the server runtime; returns their names and addresses.

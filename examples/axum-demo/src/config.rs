@@ -1,9 +1,9 @@
 //! The demo's TOML configuration.
 
-use std::{fmt, net::SocketAddr, time::Duration};
+use std::{collections::HashMap, fmt, net::SocketAddr, str::FromStr, time::Duration};
 
-use redlimit::{Algorithm, Policy};
-use serde::Deserialize;
+use redlimit::{Algorithm, FailurePolicy, Policy};
+use serde::{Deserialize, Deserializer, de::Error as _};
 use tower_redlimit::HeaderStyle;
 
 /// The whole file.
@@ -22,15 +22,15 @@ pub struct Config {
     /// Proxy networks whose forwarding headers are believed.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
-    /// `open`, `closed` or `local`. Defaults to `open`.
-    #[serde(default = "default_failure")]
-    pub failure: String,
-    /// The time budget of one check. Defaults to 50.
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: u64,
-    /// `ietf`, `legacy` or `both`. Defaults to `ietf`.
-    #[serde(default = "default_headers")]
-    pub headers: String,
+    /// What to answer when Redis fails. Defaults to `open`.
+    #[serde(default)]
+    pub failure: Failure,
+    /// The time budget of one check, such as `"50ms"`. Defaults to 50 ms.
+    #[serde(default = "default_budget", deserialize_with = "duration")]
+    pub budget: Duration,
+    /// `ietf`, `legacy`, `both` or `none`. Defaults to `ietf`.
+    #[serde(default, deserialize_with = "parsed")]
+    pub headers: HeaderStyle,
     /// The limited routes.
     #[serde(rename = "route", default)]
     pub routes: Vec<Route>,
@@ -44,6 +44,40 @@ pub struct Sentinel {
     pub urls: Vec<String>,
     /// The name the sentinels know the primary by.
     pub master: String,
+}
+
+/// The `failure` setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Failure {
+    /// Allow.
+    #[default]
+    Open,
+    /// Deny with 503.
+    Closed,
+    /// Limit in this process's memory.
+    Local,
+}
+
+impl Failure {
+    /// The library's failure policy.
+    pub fn policy(self) -> FailurePolicy {
+        match self {
+            Self::Open => FailurePolicy::Open,
+            Self::Closed => FailurePolicy::Closed,
+            Self::Local => FailurePolicy::local(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Local => "local",
+        })
+    }
 }
 
 /// Where limits are kept.
@@ -68,35 +102,95 @@ pub enum Store {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Route {
-    /// The path, such as `/api`.
+    /// The path, in axum's syntax: `/api`, `/users/{id}`, `/files/{*rest}`.
     pub path: String,
+    /// The policy's name (in Redis keys and the `RateLimit-Policy` header). Defaults to one
+    /// derived from the path, distinct for every path.
+    pub name: Option<String>,
     /// One of the algorithm names (`fixed_window`, `gcra`, …).
-    pub algorithm: String,
+    #[serde(deserialize_with = "algorithm")]
+    pub algorithm: Algorithm,
     /// Requests per window.
     pub limit: u64,
-    /// The window, such as `"10s"`, `"500ms"`, `"1m"`, `"1h"`, `"1d"`.
-    pub window: String,
+    /// The window, such as `"10s"`, `"500ms"`, `"1h30m"`, `"1d"`.
+    #[serde(deserialize_with = "duration")]
+    pub window: Duration,
     /// For token bucket and GCRA: how many a fresh client may make at once.
     pub burst: Option<u64>,
     /// `ip`, `header:NAME` or `global`. Defaults to `ip`.
-    #[serde(default = "default_key")]
-    pub key: String,
+    #[serde(default, deserialize_with = "parsed")]
+    pub key: KeyKind,
+}
+
+/// What a route is keyed by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum KeyKind {
+    /// The client IP.
+    #[default]
+    Ip,
+    /// A header's value.
+    Header(String),
+    /// One key for all.
+    Global,
+}
+
+impl FromStr for KeyKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ip" => Ok(Self::Ip),
+            "global" => Ok(Self::Global),
+            other => match other.strip_prefix("header:") {
+                Some(name) if !name.is_empty() => Ok(Self::Header(name.to_owned())),
+                _ => Err(format!("key {other:?} is not ip, header:NAME or global")),
+            },
+        }
+    }
+}
+
+impl fmt::Display for KeyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ip => f.write_str("ip"),
+            Self::Header(name) => write!(f, "header:{name}"),
+            Self::Global => f.write_str("global"),
+        }
+    }
 }
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 3000))
 }
-fn default_failure() -> String {
-    "open".to_owned()
+
+fn default_budget() -> Duration {
+    Duration::from_millis(50)
 }
-fn default_timeout_ms() -> u64 {
-    50
+
+/// A value through its type's own `FromStr`.
+fn parsed<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(D::Error::custom)
 }
-fn default_headers() -> String {
-    "ietf".to_owned()
+
+fn algorithm<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Algorithm, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(|e| {
+        let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+        D::Error::custom(format!("{e}: one of {}", names.join(", ")))
+    })
 }
-fn default_key() -> String {
-    "ip".to_owned()
+
+/// `"10s"`, `"500ms"`, `"1h30m"`, `"1d"`.
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(&text)
+        .map_err(|e| D::Error::custom(format!("{text:?} is not a duration like \"10s\": {e}")))
 }
 
 /// A configuration mistake, naming where it is.
@@ -152,75 +246,76 @@ impl Config {
         }
     }
 
-    fn validate(&self) -> Result<(), ConfigFileError> {
+    /// Checks what the types alone do not: one store, a budget, and routes that build into one
+    /// router, each with a policy of its own.
+    ///
+    /// # Errors
+    /// A message naming the field, and the route, at fault.
+    pub fn validate(&self) -> Result<(), ConfigFileError> {
         let err = |message: String| Err(ConfigFileError(message));
         self.store()?;
-        if !["open", "closed", "local"].contains(&self.failure.as_str()) {
-            return err(format!(
-                "failure: {:?} is not open, closed or local",
-                self.failure
-            ));
-        }
-        if self.timeout_ms == 0 {
-            return err("timeout_ms: must be at least 1".to_owned());
-        }
-        if !["ietf", "legacy", "both"].contains(&self.headers.as_str()) {
-            return err(format!(
-                "headers: {:?} is not ietf, legacy or both",
-                self.headers
-            ));
+        if self.budget.is_zero() {
+            return err("budget: must be more than zero".to_owned());
         }
         if self.routes.is_empty() {
             return err("route: at least one [[route]] is needed".to_owned());
         }
-        let mut seen = std::collections::HashSet::new();
+        check_paths(&self.routes)?;
+        let mut names = HashMap::new();
         for route in &self.routes {
-            if !route.path.starts_with('/') {
-                return err(format!("route.path: {:?} must start with /", route.path));
+            let policy = route.policy()?;
+            if let Some(other) = names.insert(policy.name().to_owned(), &route.path) {
+                return err(format!(
+                    "route {}: name: {:?} is already route {other}'s",
+                    route.path,
+                    policy.name()
+                ));
             }
-            if !seen.insert(&route.path) {
-                return err(format!("route.path: {:?} appears twice", route.path));
-            }
-            route.policy()?;
-            route.key_kind()?;
         }
         Ok(())
     }
-
-    /// The header style.
-    pub fn header_style(&self) -> HeaderStyle {
-        self.headers.parse().unwrap_or_default()
-    }
 }
 
-/// What a route is keyed by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyKind {
-    /// The client IP.
-    Ip,
-    /// A header's value.
-    Header(String),
-    /// One key for all.
-    Global,
+/// Every path as axum's router takes it: starting with `/`, captures written `{name}` (not the
+/// older `:name` and `*name`), valid and not in conflict with another, so building the router
+/// cannot panic.
+fn check_paths(routes: &[Route]) -> Result<(), ConfigFileError> {
+    let mut router = matchit::Router::new();
+    for route in routes {
+        let path = &route.path;
+        let at = |message: String| ConfigFileError(format!("route {path}: path: {message}"));
+        if !path.starts_with('/') {
+            return Err(at("must start with /".to_owned()));
+        }
+        if path
+            .split('/')
+            .any(|segment| segment.starts_with(':') || segment.starts_with('*'))
+        {
+            return Err(at(
+                "captures are written {name} and {*rest}, not :name or *rest".to_owned(),
+            ));
+        }
+        router.insert(path.as_str(), ()).map_err(|e| match e {
+            matchit::InsertError::Conflict { with } if with == *path => {
+                at("appears twice".to_owned())
+            }
+            matchit::InsertError::Conflict { with } => at(format!("conflicts with route {with}")),
+            other => at(other.to_string()),
+        })?;
+    }
+    Ok(())
 }
 
 impl Route {
-    /// The route's policy, named after its path.
+    /// The route's policy.
     ///
     /// # Errors
     /// A message naming the route and the field.
     pub fn policy(&self) -> Result<Policy, ConfigFileError> {
-        let at = |field: &str, message: String| {
-            ConfigFileError(format!("route {}: {field}: {message}", self.path))
-        };
-        let algorithm: Algorithm = self
-            .algorithm
-            .parse()
-            .map_err(|_| at("algorithm", format!("{:?} is not one of fixed_window, fixed_window_anchored, sliding_window_log, sliding_window_counter, token_bucket, gcra", self.algorithm)))?;
-        let window = parse_window(&self.window).map_err(|m| at("window", m))?;
-        let mut builder = Policy::builder(self.policy_name(), algorithm)
+        let name = self.name.clone().unwrap_or_else(|| policy_name(&self.path));
+        let mut builder = Policy::builder(name, self.algorithm)
             .limit(self.limit)
-            .window(window);
+            .window(self.window);
         if let Some(burst) = self.burst {
             builder = builder.burst(burst);
         }
@@ -228,67 +323,30 @@ impl Route {
             .build()
             .map_err(|e| ConfigFileError(format!("route {}: {e}", self.path)))
     }
-
-    /// `/api/v1` → `api-v1`, `/` → `root`.
-    fn policy_name(&self) -> String {
-        let name: String = self
-            .path
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        let name = name.trim_matches('-');
-        if name.is_empty() {
-            "root".to_owned()
-        } else {
-            name.chars().take(64).collect()
-        }
-    }
-
-    /// The key kind.
-    ///
-    /// # Errors
-    /// A message naming the route's `key`.
-    pub fn key_kind(&self) -> Result<KeyKind, ConfigFileError> {
-        match self.key.as_str() {
-            "ip" => Ok(KeyKind::Ip),
-            "global" => Ok(KeyKind::Global),
-            other => match other.strip_prefix("header:") {
-                Some(name) if !name.is_empty() => Ok(KeyKind::Header(name.to_owned())),
-                _ => Err(ConfigFileError(format!(
-                    "route {}: key: {other:?} is not ip, header:NAME or global",
-                    self.path
-                ))),
-            },
-        }
-    }
 }
 
-/// `"10s"`, `"500ms"`, `"1m"`, `"2h"`, `"1d"`.
-fn parse_window(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number with a unit like \"10s\""))?;
-    let millis = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("{text:?}: the unit must be ms, s, m, h or d")),
-    };
-    number
-        .checked_mul(millis)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{text:?} is too long"))
+/// A policy name for `path`, distinct for distinct paths: `/login` is `login`; any other path
+/// is made of its letters and digits, a dot, and 16 hex digits of its SHA-1 (`/a/b` is
+/// `a-b.` and a hash, so it never meets `/a-b`, whose name has no dot).
+fn policy_name(path: &str) -> String {
+    let plain = &path[1.min(path.len())..];
+    let simple = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+    if (1..=64).contains(&plain.len()) && plain.bytes().all(simple) {
+        return plain.to_owned();
+    }
+    let readable: String = plain
+        .chars()
+        .take(40)
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let digest = sha1_smol::Sha1::from(path).digest().to_string();
+    format!("{readable}.{}", &digest[..16])
 }
 
 const DEMO: &str = r#"
 [[route]]
 path = "/"
+name = "home"
 algorithm = "fixed_window"
 limit = 10
 window = "10s"
@@ -310,6 +368,12 @@ window = "1m"
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn one_route(extra: &str, path: &str) -> String {
+        format!(
+            "{extra}\n[[route]]\npath = \"{path}\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\n"
+        )
+    }
 
     #[test]
     fn the_demo_configuration_is_valid() {
@@ -333,10 +397,6 @@ mod tests {
                 "window",
             ),
             (
-                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"10x\""),
-                "window",
-            ),
-            (
                 route("algorithm = \"gcra\"\nlimit = 0\nwindow = \"1s\""),
                 "limit",
             ),
@@ -352,47 +412,21 @@ mod tests {
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nlmit = 3"),
                 "lmit",
             ),
-            (
-                format!(
-                    "failure = \"maybe\"\n{}",
-                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
-                ),
-                "failure",
-            ),
-            (
-                format!(
-                    "headers = \"all\"\n{}",
-                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
-                ),
-                "headers",
-            ),
-            (
-                format!(
-                    "listen = \"nowhere\"\n{}",
-                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
-                ),
-                "listen",
-            ),
+            (one_route("failure = \"maybe\"", "/a"), "failure"),
+            (one_route("headers = \"all\"", "/a"), "headers"),
+            (one_route("budget = \"0s\"", "/a"), "budget"),
+            (one_route("listen = \"nowhere\"", "/a"), "listen"),
             ("".to_owned(), "route"),
             (
-                format!(
-                    "redis_url = \"redis://a\"\nredis_cluster = [\"redis://b\"]\n{}",
-                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
+                one_route(
+                    "redis_url = \"redis://a\"\nredis_cluster = [\"redis://b\"]",
+                    "/a",
                 ),
                 "redis_cluster",
             ),
+            (one_route("redis_cluster = []", "/a"), "redis_cluster"),
             (
-                format!(
-                    "redis_cluster = []\n{}",
-                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
-                ),
-                "redis_cluster",
-            ),
-            (
-                format!(
-                    "redis_sentinel = {{ urls = [\"redis://a\"] }}\n{}",
-                    route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"")
-                ),
+                one_route("redis_sentinel = { urls = [\"redis://a\"] }", "/a"),
                 "master",
             ),
         ];
@@ -403,19 +437,71 @@ mod tests {
     }
 
     #[test]
-    fn windows_and_names() {
-        assert_eq!(parse_window("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_window("2h"), Ok(Duration::from_secs(7_200)));
-        assert!(parse_window("s").is_err());
-        let route = |path: &str| Route {
-            path: path.to_owned(),
-            algorithm: "gcra".to_owned(),
-            limit: 1,
-            window: "1s".to_owned(),
-            burst: None,
-            key: "ip".to_owned(),
-        };
-        assert_eq!(route("/").policy_name(), "root");
-        assert_eq!(route("/api/v1").policy_name(), "api-v1");
+    fn every_header_style_and_compound_durations() {
+        for style in ["ietf", "legacy", "both", "none"] {
+            let text = one_route(&format!("headers = \"{style}\""), "/a");
+            let config = Config::parse(&text).expect(style);
+            assert_eq!(config.headers, style.parse().expect("a style"));
+        }
+        let text = one_route("budget = \"1s 500ms\"", "/a").replace("\"1s\"", "\"1h30m\"");
+        let config = Config::parse(&text).expect("compound durations");
+        assert_eq!(config.routes[0].window, Duration::from_secs(5_400));
+        assert_eq!(config.budget, Duration::from_millis(1_500));
+    }
+
+    #[test]
+    fn paths_axum_would_refuse_are_named() {
+        for (path, says) in [
+            ("/:id", "captures are written"),
+            ("/files/*rest", "captures are written"),
+            ("/{", "route /{: path"),
+            ("api", "must start with /"),
+        ] {
+            let err = Config::parse(&one_route("", path)).expect_err(path);
+            assert!(err.0.contains(says), "{path}: {err}");
+        }
+        let pair = one_route("", "/{a}") + &one_route("", "/{b}")[1..];
+        let err = Config::parse(&pair).expect_err("a conflict");
+        assert!(
+            err.0.contains("route /{b}") && err.0.contains("/{a}"),
+            "{err}"
+        );
+        let twice = one_route("", "/a") + &one_route("", "/a")[1..];
+        assert!(
+            Config::parse(&twice)
+                .expect_err("twice")
+                .0
+                .contains("twice")
+        );
+    }
+
+    #[test]
+    fn every_path_gets_its_own_policy_name() {
+        let paths = [
+            "/",
+            "/a/b",
+            "/a-b",
+            "/a.b",
+            "/a_b",
+            "/login",
+            "/users/{id}",
+            "/users/{name}",
+        ];
+        let names: std::collections::HashSet<String> =
+            paths.iter().map(|p| policy_name(p)).collect();
+        assert_eq!(names.len(), paths.len(), "{names:?}");
+        assert_eq!(policy_name("/login"), "login");
+        let long = format!("/{}", "x".repeat(100));
+        assert_ne!(policy_name(&long), policy_name(&format!("{long}y")));
+        for path in paths {
+            assert!(
+                Policy::builder(policy_name(path), Algorithm::Gcra)
+                    .limit(1)
+                    .window(Duration::from_secs(1))
+                    .build()
+                    .is_ok(),
+                "{path}"
+            );
+        }
     }
 }

@@ -4,10 +4,8 @@
 
 pub mod config;
 
-use std::time::Duration;
-
 use axum::{Extension, Router, http::Uri, routing::get};
-use redlimit::{Decision, FailurePolicy, Limiter, MemoryBackend, RedisBackend};
+use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, RedisBackend};
 use tower_redlimit::{ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
 pub use self::config::{Config, ConfigFileError};
@@ -27,44 +25,39 @@ pub fn limiter(config: &Config) -> Result<Limiter, ConfigFileError> {
         }
     };
     let backend = builder
-        .timeout(Duration::from_millis(config.timeout_ms))
+        .budget(config.budget)
         .build()
         .map_err(|e| ConfigFileError(format!("{field}: {e}")))?;
     Ok(Limiter::new(backend))
 }
 
 /// The router: every configured route answers `GET` with 200 and a short body, behind its
-/// own limit.
+/// own limit. Other methods get 405 without consuming: the limit is a route layer, which the
+/// method-not-allowed answer does not pass through.
 ///
 /// # Errors
 /// A message naming the field at fault.
 pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
+    config.validate()?;
     let limiter = limiter(config)?;
-    let failure = match config.failure.as_str() {
-        "closed" => FailurePolicy::Closed,
-        "local" => FailurePolicy::local(),
-        _ => FailurePolicy::Open,
-    };
     let client_ip = ClientIp::behind_proxies(&config.trusted_proxies)
         .map_err(|e| ConfigFileError(format!("trusted_proxies: {e}")))?;
     let mut router = Router::new();
     for route in &config.routes {
-        let layer = RateLimitLayer::new(limiter.clone(), [route.policy()?])
-            .map_err(|e| ConfigFileError(format!("route {}: {e}", route.path)))?
-            .failure(failure.clone())
-            .timeout(Duration::from_millis(config.timeout_ms))
-            .headers(config.header_style());
-        let layer = match route.key_kind()? {
+        let at = |e: &dyn std::fmt::Display| ConfigFileError(format!("route {}: {e}", route.path));
+        let guard = GuardedLimiter::new(limiter.clone(), [route.policy()?])
+            .map_err(|e| at(&e))?
+            .failure(config.failure.policy())
+            .budget(config.budget);
+        let layer = RateLimitLayer::new(guard).headers(config.headers);
+        let layer = match &route.key {
             KeyKind::Ip => layer.key(client_ip.clone()),
             KeyKind::Global => layer.key(Global),
             KeyKind::Header(name) => layer
-                .key(
-                    HeaderKey::new(&name)
-                        .map_err(|e| ConfigFileError(format!("route {}: key: {e}", route.path)))?,
-                )
+                .key(HeaderKey::new(name).map_err(|e| at(&format!("key: {e}")))?)
                 .missing_key(MissingKey::Shared("anonymous".to_owned())),
         };
-        router = router.route(&route.path, get(hello).layer(layer));
+        router = router.route(&route.path, get(hello).route_layer(layer));
     }
     Ok(router)
 }

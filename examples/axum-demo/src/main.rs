@@ -7,7 +7,8 @@ use axum_demo::{Config, app, backend_description};
 const USAGE: &str = "usage: redlimit-demo [--config FILE]
 
 With no arguments, serves three limited routes on 127.0.0.1:3000 with the in-memory backend.
-FILE is TOML: listen, redis_url, trusted_proxies, failure, timeout_ms, headers, [[route]] tables.";
+FILE is TOML: listen, redis_url | redis_cluster | redis_sentinel, trusted_proxies, failure,
+budget, headers, and [[route]] tables (path, name, algorithm, limit, window, burst, key).";
 
 fn load(args: &[String]) -> Result<Config, String> {
     match args {
@@ -54,7 +55,11 @@ async fn main() -> ExitCode {
     for route in &config.routes {
         println!(
             "  GET {}  {} {} per {} (key: {})",
-            route.path, route.algorithm, route.limit, route.window, route.key
+            route.path,
+            route.algorithm,
+            route.limit,
+            humantime::format_duration(route.window),
+            route.key
         );
     }
     let first = config.routes.first().map_or("/", |r| r.path.as_str());

@@ -90,7 +90,7 @@ fn route(algorithm: &str, limit: u64) -> String {
 /// 20 requests alternating between two demo processes configured with `store` (TOML lines)
 /// and a limit of 7: how many were admitted.
 async fn admitted_by_two_processes(store: &str, algorithm: &str) -> usize {
-    let config = format!("{store}\ntimeout_ms = 1000\n{}", route(algorithm, 7));
+    let config = format!("{store}\nbudget = \"1s\"\n{}", route(algorithm, 7));
     let (a, b) = (Demo::start(&config).await, Demo::start(&config).await);
     let mut admitted = 0;
     for i in 0..20 {
@@ -194,6 +194,13 @@ fn a_bad_file_exits_non_zero_naming_the_field() {
         ),
         (route("gcra", 1).replace("1h", "an hour"), "window"),
         (route("gcra", 1) + "colour = \"red\"\n", "colour"),
+        (route("gcra", 1).replace("/limited", "/:id"), "route /:id"),
+        (route("gcra", 1).replace("/limited", "/{"), "route /{"),
+        (
+            route("gcra", 1).replace("/limited", "/{a}")
+                + &route("gcra", 1).replace("/limited", "/{b}"),
+            "route /{b}: path: conflicts with route /{a}",
+        ),
     ];
     for (body, field) in cases {
         let file = tempfile_lite::File::new(&body);

@@ -61,7 +61,7 @@ pub fn layer(limiter: Limiter, limit: u64) -> Result<RateLimitLayer, ConfigError
         .limit(limit)
         .window(Duration::from_secs(60))
         .build()?;
-    Ok(RateLimitLayer::new(limiter, [per_key])?
+    Ok(RateLimitLayer::with_policies(limiter, [per_key])?
         .key(HeaderKey::new("x-api-key")?)
         .missing_key(MissingKey::Shared("anonymous".to_owned())))
 }

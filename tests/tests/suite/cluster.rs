@@ -15,7 +15,7 @@ use crate::{
 
 fn limiter(cluster: &RedisCluster) -> Limiter {
     let backend = RedisBackend::cluster(cluster.urls())
-        .timeout(Duration::from_secs(5))
+        .budget(Duration::from_secs(5))
         .build()
         .expect("valid urls");
     Limiter::new(backend)

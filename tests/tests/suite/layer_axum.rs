@@ -17,7 +17,7 @@ fn layer() -> RateLimitLayer {
         .window(Duration::from_secs(60))
         .build()
         .expect("valid");
-    RateLimitLayer::new(Limiter::new(MemoryBackend::default()), [p])
+    RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [p])
         .expect("layer")
         .key(Global)
         // Windows aligned to the clock: retry waits are exact.
@@ -196,7 +196,7 @@ async fn the_cost_of_a_request_comes_from_the_cost_closure() {
         .window(Duration::from_secs(60))
         .build()
         .expect("valid");
-    let layer = RateLimitLayer::new(Limiter::new(MemoryBackend::default()), [p])
+    let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [p])
         .expect("layer")
         .key(Global)
         .clock(TestClock::at_millis(T0).clock())
@@ -241,14 +241,14 @@ async fn the_cost_of_a_request_comes_from_the_cost_closure() {
 #[test]
 fn layer_configuration_mistakes_are_config_errors() {
     let limiter = Limiter::new(MemoryBackend::default());
-    let err = RateLimitLayer::new(limiter.clone(), []).expect_err("no policy");
+    let err = RateLimitLayer::with_policies(limiter.clone(), []).expect_err("no policy");
     assert_eq!(err.to_string(), "policies is required");
     let p = Policy::builder("p", Algorithm::Gcra)
         .limit(1)
         .window(Duration::from_secs(1))
         .build()
         .expect("valid");
-    let err = RateLimitLayer::new(limiter, [p.clone(), p]).expect_err("twice");
+    let err = RateLimitLayer::with_policies(limiter, [p.clone(), p]).expect_err("twice");
     assert_eq!(err.to_string(), "policies has \"p\" twice");
     assert!(tower_redlimit::ClientIp::behind_proxies(["10.0.0.0/40"]).is_err());
     assert!(tower_redlimit::HeaderKey::new("not a header").is_err());

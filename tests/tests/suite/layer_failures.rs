@@ -28,16 +28,16 @@ async fn reason(decision: Option<Extension<Decision>>) -> String {
 async fn app_on(url: String, failure: FailurePolicy) -> SocketAddr {
     // The backend's own budget is larger: the layer's budget is the one under test.
     let backend = RedisBackend::builder(url)
-        .timeout(Duration::from_secs(1))
+        .budget(Duration::from_secs(1))
         .build()
         .expect("valid");
-    let layer = RateLimitLayer::new(
+    let layer = RateLimitLayer::with_policies(
         Limiter::new(backend),
         [policy(Algorithm::Gcra, 1_000, 60_000, None)],
     )
     .expect("layer")
     .failure(failure)
-    .timeout(BUDGET)
+    .budget(BUDGET)
     .circuit_breaker(CircuitBreaker::new(3, COOLDOWN));
     serve(Router::new().route("/", get(reason)).layer(layer)).await
 }

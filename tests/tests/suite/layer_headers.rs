@@ -68,7 +68,7 @@ async fn header_values_on_the_first_nth_and_one_over_the_limit_are_exact() {
     for (algorithm, first, third, fourth, retry) in EXPECTED {
         let p = policy(algorithm, 3, 60_000, None);
         let name = p.name().to_owned();
-        let layer = RateLimitLayer::new(server.limiter(), [p])
+        let layer = RateLimitLayer::with_policies(server.limiter(), [p])
             .expect("layer")
             .headers(HeaderStyle::Both)
             .clock(TestClock::at_millis(T0).clock());
@@ -119,7 +119,7 @@ async fn the_first_exhausted_policy_denies_and_the_others_keep_their_quota() {
         .build()
         .expect("valid");
     let per_minute = policy(Algorithm::SlidingWindowLog, 5, 60_000, None);
-    let layer = RateLimitLayer::new(server.limiter(), [per_second, per_minute])
+    let layer = RateLimitLayer::with_policies(server.limiter(), [per_second, per_minute])
         .expect("layer")
         .clock(clock.clock());
     let address = serve(app(layer)).await;
@@ -180,10 +180,11 @@ async fn statuses(address: std::net::SocketAddr, forwarded: &[&str]) -> Vec<u16>
 
 fn limited_app(server: &RedisServer, key: ClientIp, prefix: &str) -> Router {
     let limiter = Limiter::with_prefix(server.backend(), prefix).expect("prefix");
-    let layer = RateLimitLayer::new(limiter, [policy(Algorithm::FixedWindow, 2, 60_000, None)])
-        .expect("layer")
-        .key(key)
-        .clock(TestClock::at_millis(T0).clock());
+    let layer =
+        RateLimitLayer::with_policies(limiter, [policy(Algorithm::FixedWindow, 2, 60_000, None)])
+            .expect("layer")
+            .key(key)
+            .clock(TestClock::at_millis(T0).clock());
     app(layer)
 }
 

@@ -12,7 +12,7 @@ use crate::{
 
 fn limiter(setup: &RedisSentinel) -> Limiter {
     let backend = RedisBackend::sentinel(setup.urls(), RedisSentinel::MASTER)
-        .timeout(Duration::from_secs(5))
+        .budget(Duration::from_secs(5))
         .build()
         .expect("valid urls");
     Limiter::new(backend)

@@ -18,7 +18,7 @@ const MARGIN: Duration = Duration::from_secs(2);
 fn limiter(url: String) -> Limiter {
     Limiter::new(
         RedisBackend::builder(url)
-            .timeout(BUDGET)
+            .budget(BUDGET)
             .build()
             .expect("valid"),
     )

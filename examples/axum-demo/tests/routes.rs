@@ -1,0 +1,54 @@
+//! The demo's router as a client meets it: budgets per route, 405 free of charge.
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Method, Request},
+};
+use axum_demo::{Config, app};
+use tower::ServiceExt;
+
+fn router(routes: &[&str]) -> Router {
+    let text: String = routes
+        .iter()
+        .map(|path| {
+            format!("[[route]]\npath = \"{path}\"\nalgorithm = \"fixed_window_anchored\"\nlimit = 1\nwindow = \"1h30m\"\nkey = \"global\"\n")
+        })
+        .collect();
+    app(&Config::parse(&text).expect("valid")).expect("a router")
+}
+
+async fn status(router: &Router, method: Method, path: &str) -> u16 {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .body(Body::empty())
+        .expect("request");
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    response.status().as_u16()
+}
+
+#[tokio::test]
+async fn paths_that_differ_only_in_punctuation_keep_separate_budgets() {
+    let router = router(&["/a/b", "/a-b", "/a.b"]);
+    for path in ["/a/b", "/a-b", "/a.b"] {
+        assert_eq!(status(&router, Method::GET, path).await, 200, "{path}");
+    }
+    for path in ["/a/b", "/a-b", "/a.b"] {
+        assert_eq!(status(&router, Method::GET, path).await, 429, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn a_method_not_allowed_consumes_nothing() {
+    let router = router(&["/only"]);
+    for _ in 0..3 {
+        assert_eq!(status(&router, Method::POST, "/only").await, 405);
+    }
+    assert_eq!(
+        status(&router, Method::GET, "/only").await,
+        200,
+        "the whole limit is left"
+    );
+    assert_eq!(status(&router, Method::GET, "/only").await, 429);
+}
