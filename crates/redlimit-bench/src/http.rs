@@ -4,7 +4,7 @@
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Instant};
 
 use axum::{Router, ServiceExt, extract::Request, response::Response, routing::get};
-use redlimit::{Algorithm, Limiter, MemoryBackend};
+use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend};
 use redlimit_tests::{command_calls, commands_sent};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -31,10 +31,10 @@ fn hello() -> Router {
 
 /// The limit every layered contender applies: fixed window, 100 per 60 s, per `x-client`.
 fn limit(limiter: Limiter) -> RateLimitLayer {
-    RateLimitLayer::with_policies(limiter, [policy(Algorithm::FixedWindow, 100)])
-        .expect("a valid layer")
-        .key(HeaderKey::new("x-client").expect("a valid header"))
-        .budget(std::time::Duration::from_secs(2))
+    let guard = GuardedLimiter::new(limiter, [policy(Algorithm::FixedWindow, 100)])
+        .expect("a valid guard")
+        .budget(std::time::Duration::from_secs(2));
+    RateLimitLayer::new(guard).key(HeaderKey::new("x-client").expect("a valid header"))
 }
 
 /// Serves the apps on the server runtime; returns their names and addresses.

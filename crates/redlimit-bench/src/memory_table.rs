@@ -14,10 +14,10 @@ pub(crate) async fn sliding_log_growth(url: &str) -> Vec<(u64, f64)> {
         let p = policy(Algorithm::SlidingWindowLog, limit);
         let client = format!("full-{limit}");
         let decision = limiter
-            .check_at(std::slice::from_ref(&p), &client, limit, now)
+            .check_at(&p, &client, limit, now)
             .await
             .expect("filling the log");
-        assert!(decision[0].allowed && decision[0].remaining == 0);
+        assert!(decision.allowed && decision.remaining == 0);
         let key = limiter.keys().key(&p, &client);
         if let Some(bytes) = bytes_per_key(&mut admin, std::iter::once(key)) {
             rows.push((limit, bytes));

@@ -1,9 +1,19 @@
-//! Distributed rate limiting on Redis.
+//! Distributed rate limiting on Redis: atomic Lua scripts, one round trip per check, six
+//! algorithms, and the same arithmetic in process when there is no Redis.
 //!
 //! A [`Policy`] says how many requests a client may make, with which [`Algorithm`]; a
-//! [`Limiter`] checks a request against one or several policies and returns a [`Decision`] per
-//! policy. On the [`RedisBackend`] every check is one atomic Lua script, one round trip, with
-//! Redis's clock; the [`MemoryBackend`] runs the same integer arithmetic in process.
+//! [`Limiter`] checks a request against one or several policies on a [`Backend`] and returns a
+//! [`Decision`] per policy ([`Decisions`] for several). On the [`RedisBackend`] every check is
+//! one `EVALSHA` of one script that reads Redis's clock, so many app servers share one limit
+//! exactly; the [`MemoryBackend`] runs the same integer arithmetic in process. A
+//! [`GuardedLimiter`] adds what production needs around it: a time budget, a
+//! [`FailurePolicy`] for when Redis fails, a [`CircuitBreaker`], a [`BlockCache`] that keeps
+//! floods of denied requests off Redis, and [`Stats`].
+//!
+//! To limit an HTTP or gRPC service, put a guarded limiter in
+//! [tower-redlimit](https://docs.rs/tower-redlimit)'s `RateLimitLayer`.
+//!
+//! # First use
 //!
 //! ```
 //! use std::time::Duration;
@@ -31,6 +41,47 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+//!
+//! # Algorithms
+//!
+//! All arithmetic is on integers below 2^53, where Lua's numbers are exact; a policy whose
+//! numbers would leave that range is refused when built. `limit` is per `window`; `burst`
+//! (token bucket and GCRA, default `limit`) is how many a fresh client may send at once.
+//!
+//! | algorithm | state per client | guarantee |
+//! |---|---|---|
+//! | [`FixedWindow`](Algorithm::FixedWindow) | window start, count | at most `limit` per calendar-aligned window; up to 2 × `limit` across a boundary |
+//! | [`FixedWindowAnchored`](Algorithm::FixedWindowAnchored) | window start, count | as above, the window opening at the client's first request |
+//! | [`SlidingWindowLog`](Algorithm::SlidingWindowLog) | one entry per admitted request | at most `limit` in any span of `window`; memory O(limit) |
+//! | [`SlidingWindowCounter`](Algorithm::SlidingWindowCounter) | window index, two counts | a weighted estimate of the sliding window, O(1) memory |
+//! | [`TokenBucket`](Algorithm::TokenBucket) | tokens, last refill | `limit` per `window` sustained, `burst` at once |
+//! | [`Gcra`](Algorithm::Gcra) | theoretical arrival time | `limit` per `window` evenly spaced, `burst` at once |
+//!
+//! Every decision reports `remaining`, `reset_after` and, when denied, `retry_after`: the wait
+//! until a request of the same cost could pass, or [`RetryAfter::Never`] when the cost is more
+//! than the policy ever grants. Cost 0 peeks. A denied request consumes nothing.
+//!
+//! # On Redis
+//!
+//! - **Atomic.** Check and update are one script: concurrent checks from many processes never
+//!   admit more than the limit.
+//! - **A TTL on every write, in the same script**; a fixed window's is set when its counter is
+//!   created and never extended, so no key lives forever and no window is stretched.
+//! - **Redis's clock** (`TIME`), so app servers with skewed clocks agree;
+//!   [`Limiter::check_at`] takes an explicit [`Timestamp`] for tests and replays.
+//! - **Cluster-ready keys**, `prefix:policy:{client}:algorithm:numbers` (see [`KeyScheme`]):
+//!   the client is the hash tag, so all policies of one client are in one slot; client text is
+//!   escaped, or hashed when long; changing a policy's numbers changes its keys.
+//! - **Corrupt state is an error** ([`ErrorKind::CorruptState`]), never "allowed".
+//! - **One command per decision**: `EVALSHA` of one script holding every algorithm, retried with
+//!   `EVAL` on `NOSCRIPT`, over a shared multiplexed connection; every wait is bounded by the
+//!   backend's budget ([`RedisBackendBuilder::budget`]).
+//!
+//! # Features
+//!
+//! - `cluster`: [`RedisBackend::cluster`], a Redis Cluster.
+//! - `sentinel`: [`RedisBackend::sentinel`], a Sentinel-managed primary.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The Lua source of the check script that the Redis backend runs with `EVALSHA`: every
 /// algorithm, one entry point. `KEYS`: one key per policy (see [`KeyScheme`]); `ARGV`: the time

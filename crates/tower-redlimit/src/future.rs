@@ -11,11 +11,34 @@ use pin_project_lite::pin_project;
 use redlimit::{Check, Decisions};
 use tower_service::Service;
 
-use crate::{ResponseBody, runtime::Runtime};
+use crate::{rejection_body::rejection_body, runtime::Runtime};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): the check, then the inner call,
     /// or the limiter's answer, which may be ready at once.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use http::{Request, Response};
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+    /// use tower::{Layer, Service, service_fn};
+    /// use tower_redlimit::{Global, RateLimitLayer, ResponseFuture};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let policy = Policy::builder("p", Algorithm::Gcra)
+    ///     .limit(1)
+    ///     .window(std::time::Duration::from_secs(1))
+    ///     .build()?;
+    /// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy])?
+    ///     .key(Global);
+    /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, Infallible>(Response::new(String::new()))
+    /// }));
+    /// let future: ResponseFuture<_, ()> = service.call(Request::new(()));
+    /// assert!(future.await?.status().is_success());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     pub struct ResponseFuture<S, B>
     where
         S: Service<Request<B>>,
@@ -135,8 +158,9 @@ fn decide<S: Service<Request<B>>, B>(
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    ResBody: Default + 'static,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<ResBody>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
@@ -158,11 +182,11 @@ where
                     if let Some((runtime, decisions)) = headers.take() {
                         runtime.add_headers(response.headers_mut(), &decisions);
                     }
-                    return Poll::Ready(Ok(response.map(ResponseBody::new)));
+                    return Poll::Ready(Ok(response));
                 }
                 StateProj::Answered { response } => {
                     let response = response.take().expect("polled after completion");
-                    return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
+                    return Poll::Ready(Ok(response.map(rejection_body)));
                 }
             }
         }

@@ -133,7 +133,14 @@ impl RateLimitLayer {
 
     /// Builds the response to a denied request. `Retry-After` and the rate-limit headers are
     /// added to it unless it sets them. Defaults to 429 with a short body (gRPC:
-    /// `grpc-status: 8`).
+    /// `grpc-status: 8` and no body).
+    ///
+    /// The body is written in the service's own body type: in full for axum's body (feature
+    /// `axum`), `http_body_util::Full<Bytes>`, `String` and `Bytes`; for any other type
+    /// (a boxed body, tower-http's compression body when the layer is outside compression)
+    /// the denial carries that type's default, empty body, and its status and headers. To send
+    /// text with such a type, put the layer inside the layer that changes the body type, or map
+    /// the response after it.
     pub fn rejection(
         mut self,
         respond: impl Fn(&Rejected<'_>) -> Response<Bytes> + Send + Sync + 'static,

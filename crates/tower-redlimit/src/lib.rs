@@ -1,43 +1,86 @@
-//! A `tower::Layer` that rate-limits any axum or tonic service with
-//! [redlimit](https://docs.rs/redlimit): Redis-backed, atomic, one round trip per request.
+//! A [`tower`](https://docs.rs/tower) layer that rate-limits any axum, tonic or hyper service
+//! with [redlimit](https://docs.rs/redlimit): Redis-backed, atomic, one round trip per request,
+//! and an in-memory backend when there is no Redis.
+//!
+//! Build a [`GuardedLimiter`](redlimit::GuardedLimiter) (policies, a backend, what to do when
+//! the backend fails), wrap it in a [`RateLimitLayer`], and say who is limited:
 //!
 //! ```
 //! use std::{net::SocketAddr, time::Duration};
 //! use axum::{Router, routing::get};
-//! use redlimit::{Algorithm, FailurePolicy, Limiter, MemoryBackend, Policy};
+//! use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, MemoryBackend, Policy};
 //! use tower_redlimit::{ClientIp, RateLimitLayer};
 //!
-//! # fn app() -> Result<Router, redlimit::ConfigError> {
-//! let limiter = Limiter::new(MemoryBackend::default()); // or a RedisBackend
-//! let per_minute = Policy::builder("per-minute", Algorithm::SlidingWindowCounter)
-//!     .limit(60)
-//!     .window(Duration::from_secs(60))
-//!     .build()?;
-//! let layer = RateLimitLayer::new(limiter, [per_minute])?
-//!     .key(ClientIp::behind_proxies(["10.0.0.0/8"])?)
-//!     .failure(FailurePolicy::local());
-//! Ok(Router::new().route("/", get(|| async { "hello" })).layer(layer))
-//! # }
+//! fn app() -> Result<Router, redlimit::ConfigError> {
+//!     // Or `RedisBackend::builder("redis://127.0.0.1:6379").build()?`.
+//!     let limiter = Limiter::new(MemoryBackend::default());
+//!     let per_minute = Policy::builder("per-minute", Algorithm::SlidingWindowCounter)
+//!         .limit(60)
+//!         .window(Duration::from_secs(60))
+//!         .build()?;
+//!     let guard = GuardedLimiter::new(limiter, [per_minute])?
+//!         .failure(FailurePolicy::local())    // defaults to Open
+//!         .budget(Duration::from_millis(20)); // defaults to 50 ms
+//!     let layer = RateLimitLayer::new(guard)
+//!         .key(ClientIp::behind_proxies(["10.0.0.0/8"])?); // defaults to the peer address
+//!     Ok(Router::new().route("/", get(|| async { "hello" })).layer(layer))
+//! }
 //! // Serve with `into_make_service_with_connect_info::<SocketAddr>()` so the peer is known.
 //! # app().unwrap();
 //! ```
 //!
-//! Features: `axum` (client IPs from `ConnectInfo`, [`MatchedRoute`] keys), `tonic` (client IPs
-//! from `TcpConnectInfo`).
+//! [`RateLimitLayer::with_policies`] is the short form with the guard's defaults.
+//!
+//! # What a request meets
+//!
+//! - **A key.** [`ClientIp::peer`] (axum's `ConnectInfo`, tonic's `TcpConnectInfo`),
+//!   [`ClientIp::behind_proxies`] (the rightmost forwarded address that is not a trusted proxy;
+//!   never the leftmost, which the client writes), [`HeaderKey`] (API keys), [`MatchedRoute`]
+//!   (feature `axum`), [`Global`], [`Both`], or any `Fn(&Parts) -> Option<String>`. A request
+//!   without one follows [`MissingKey`].
+//! - **A check** of all the guard's policies in one round trip. The memory backend, a client the
+//!   block cache knows is over its limit, and an open circuit decide at once, without a future;
+//!   a check on Redis waits at most the guard's budget, then the failure policy answers.
+//! - **An answer.** Allowed: the service is called with the most restrictive
+//!   [`Decision`](redlimit::Decision) in the request's extensions, and the response gets
+//!   `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers) or the legacy
+//!   `X-RateLimit-*` ([`HeaderStyle`]). Denied: `429 Too Many Requests` with `Retry-After`
+//!   (`503` when the limiter failed closed), or gRPC's `RESOURCE_EXHAUSTED`, without calling
+//!   the service; see [`RateLimitLayer::rejection`] and [`Rejected`]. The limiter adds its
+//!   headers only where the response has none of its own.
+//!
+//! Responses keep the service's own body type: any `Default` body works (axum's, tonic's,
+//! `Full<Bytes>`, boxed bodies, tower-http's compression body), in front of a router or behind
+//! it, and readiness is the service's.
+//!
+//! # Where it goes
+//!
+//! In front of an axum router (`layer.layer(router)`: every request, before routing, the
+//! cheapest), `Router::layer` (every route and the fallback), `Router::route_layer` (matched
+//! routes only; [`MatchedRoute`] keys need this, and a `405 Method Not Allowed` then consumes
+//! nothing), one handler (`get(handler.layer(layer))`), or tonic's
+//! `Server::builder().layer(layer)`.
+//!
+//! # Features
+//!
+//! - `axum`: client IPs from axum's `ConnectInfo`, [`MatchedRoute`] keys, and denials written
+//!   into axum's body.
+//! - `tonic`: client IPs from tonic's `TcpConnectInfo`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod body;
 mod future;
 mod headers;
 mod key;
 mod layer;
+mod rejection_body;
 mod response;
 mod runtime;
 mod service;
 
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use self::key::MatchedRoute;
 pub use self::{
-    body::ResponseBody,
     future::ResponseFuture,
     headers::HeaderStyle,
     key::{Both, ClientIp, Global, HeaderKey, KeyExtractor},

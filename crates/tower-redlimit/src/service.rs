@@ -6,9 +6,14 @@ use std::{
 use http::{Request, Response};
 use tower_service::Service;
 
-use crate::{ResponseBody, future::ResponseFuture, runtime::Runtime};
+use crate::{future::ResponseFuture, runtime::Runtime};
 
 /// A service limited by a [`RateLimitLayer`](crate::RateLimitLayer).
+///
+/// Its responses keep the wrapped service's own type, untouched on the way through: no wrapper
+/// body, no boxing, so it serves wherever the service did (`axum::serve`, tonic, hyper). The
+/// body type needs only a `Default`; the limiter's denials are written in it (see
+/// [`RateLimitLayer::rejection`](crate::RateLimitLayer::rejection)).
 ///
 /// ```
 /// use std::{convert::Infallible, time::Duration};
@@ -73,8 +78,9 @@ impl<S> RateLimit<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Default + 'static,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 

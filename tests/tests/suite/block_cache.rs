@@ -68,7 +68,7 @@ async fn the_same_checks_get_the_same_answers_with_and_without_the_cache() {
                 without.allowed(),
                 "{algorithm}, step {step}: {client} cost {cost}"
             );
-            if with.decisions[0].reason == Reason::LocalBlock {
+            if with[0].reason == Reason::LocalBlock {
                 local_blocks += 1;
             }
         }

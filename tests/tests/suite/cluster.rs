@@ -49,7 +49,7 @@ async fn ten_thousand_clients_spread_over_all_three_primaries() {
     let both = [p, policy(Algorithm::Gcra, 10, 60_000, None)];
     for client in 0..10_000 {
         let d = limiter
-            .check_at(&both, &format!("client-{client}"), 1, at_ms(T0))
+            .check_all_at(&both, &format!("client-{client}"), 1, at_ms(T0))
             .await
             .expect("no CROSSSLOT: both policies of a client share its slot");
         assert!(d.iter().all(|d| d.allowed));

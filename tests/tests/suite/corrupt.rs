@@ -103,9 +103,7 @@ async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
                 .expect("DEL");
             let _: redis::Value = spoil.query(&mut connection).expect("spoiling");
             for cost in [0, 1] {
-                let result = limiter
-                    .check_at(std::slice::from_ref(&p), "victim", cost, at_ms(T0 + 10))
-                    .await;
+                let result = limiter.check_at(&p, "victim", cost, at_ms(T0 + 10)).await;
                 let err = result.expect_err("corrupt state must not decide");
                 assert_eq!(err.kind(), ErrorKind::CorruptState, "{algorithm}: {err}");
                 assert!(err.is_corrupt_state());

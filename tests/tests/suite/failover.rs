@@ -64,7 +64,7 @@ pub(crate) async fn checks_through_failover<T: Send + 'static>(
                     let took = begun.elapsed();
                     seen.checks += 1;
                     seen.slowest = seen.slowest.max(took);
-                    match checked.decisions[0].reason {
+                    match checked[0].reason {
                         Reason::FailOpen => seen.failed_open += 1,
                         Reason::Redis if after_promotion => seen.redis_after_promotion += 1,
                         _ => {}
@@ -101,7 +101,7 @@ pub(crate) async fn checks_through_failover<T: Send + 'static>(
 }
 
 async fn recovered(guard: &GuardedLimiter) -> bool {
-    guard.check("probe", 1).await.decisions[0].reason == Reason::Redis
+    guard.check("probe", 1).await[0].reason == Reason::Redis
 }
 
 /// The assertions every failover test makes.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::{Router, body::Body, handler::Handler, http::Request, routing::get};
-use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy};
 use redlimit_tests::TestClock;
 use tower::ServiceExt;
 use tower_redlimit::{Global, MatchedRoute, RateLimitLayer};
@@ -17,11 +17,11 @@ fn layer() -> RateLimitLayer {
         .window(Duration::from_secs(60))
         .build()
         .expect("valid");
-    RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [p])
-        .expect("layer")
-        .key(Global)
-        // Windows aligned to the clock: retry waits are exact.
-        .clock(TestClock::at_millis(T0).clock())
+    // Windows aligned to the clock: retry waits are exact.
+    let guard = GuardedLimiter::new(Limiter::new(MemoryBackend::default()), [p])
+        .expect("guard")
+        .clock(TestClock::at_millis(T0).clock());
+    RateLimitLayer::new(guard).key(Global)
 }
 
 async fn statuses(app: Router, paths: &[&str]) -> Vec<u16> {
@@ -196,10 +196,11 @@ async fn the_cost_of_a_request_comes_from_the_cost_closure() {
         .window(Duration::from_secs(60))
         .build()
         .expect("valid");
-    let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [p])
-        .expect("layer")
+    let guard = GuardedLimiter::new(Limiter::new(MemoryBackend::default()), [p])
+        .expect("guard")
+        .clock(TestClock::at_millis(T0).clock());
+    let layer = RateLimitLayer::new(guard)
         .key(Global)
-        .clock(TestClock::at_millis(T0).clock())
         // Bulk requests cost what they say; everything else costs 1.
         .cost(|parts| {
             parts

@@ -7,7 +7,9 @@ use std::{
 };
 
 use axum::{Extension, Router, routing::get};
-use redlimit::{Algorithm, CircuitBreaker, Decision, FailurePolicy, Limiter, RedisBackend};
+use redlimit::{
+    Algorithm, CircuitBreaker, Decision, FailurePolicy, GuardedLimiter, Limiter, RedisBackend,
+};
 use redlimit_tests::{HttpResponse, RedisServer, free_port, http_get, serve};
 use tower_redlimit::RateLimitLayer;
 
@@ -31,14 +33,15 @@ async fn app_on(url: String, failure: FailurePolicy) -> SocketAddr {
         .budget(Duration::from_secs(1))
         .build()
         .expect("valid");
-    let layer = RateLimitLayer::with_policies(
+    let guard = GuardedLimiter::new(
         Limiter::new(backend),
         [policy(Algorithm::Gcra, 1_000, 60_000, None)],
     )
-    .expect("layer")
+    .expect("guard")
     .failure(failure)
     .budget(BUDGET)
     .circuit_breaker(CircuitBreaker::new(3, COOLDOWN));
+    let layer = RateLimitLayer::new(guard);
     serve(Router::new().route("/", get(reason)).layer(layer)).await
 }
 

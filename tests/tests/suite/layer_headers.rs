@@ -2,7 +2,7 @@
 //! client keys that a spoofed header cannot change.
 
 use axum::{Extension, Router, routing::get};
-use redlimit::{Algorithm, Decision, Limiter, Policy};
+use redlimit::{Algorithm, Decision, GuardedLimiter, Limiter, Policy};
 use redlimit_tests::{RedisServer, TestClock, http_get, serve};
 use tower_redlimit::{ClientIp, HeaderStyle, RateLimitLayer};
 
@@ -68,10 +68,10 @@ async fn header_values_on_the_first_nth_and_one_over_the_limit_are_exact() {
     for (algorithm, first, third, fourth, retry) in EXPECTED {
         let p = policy(algorithm, 3, 60_000, None);
         let name = p.name().to_owned();
-        let layer = RateLimitLayer::with_policies(server.limiter(), [p])
-            .expect("layer")
-            .headers(HeaderStyle::Both)
+        let guard = GuardedLimiter::new(server.limiter(), [p])
+            .expect("guard")
             .clock(TestClock::at_millis(T0).clock());
+        let layer = RateLimitLayer::new(guard).headers(HeaderStyle::Both);
         let address = serve(app(layer)).await;
         let mut responses = Vec::new();
         for _ in 0..4 {
@@ -119,9 +119,10 @@ async fn the_first_exhausted_policy_denies_and_the_others_keep_their_quota() {
         .build()
         .expect("valid");
     let per_minute = policy(Algorithm::SlidingWindowLog, 5, 60_000, None);
-    let layer = RateLimitLayer::with_policies(server.limiter(), [per_second, per_minute])
-        .expect("layer")
+    let guard = GuardedLimiter::new(server.limiter(), [per_second, per_minute])
+        .expect("guard")
         .clock(clock.clock());
+    let layer = RateLimitLayer::new(guard);
     let address = serve(app(layer)).await;
     let mut seen = Vec::new();
     for _ in 0..4 {
@@ -180,11 +181,10 @@ async fn statuses(address: std::net::SocketAddr, forwarded: &[&str]) -> Vec<u16>
 
 fn limited_app(server: &RedisServer, key: ClientIp, prefix: &str) -> Router {
     let limiter = Limiter::with_prefix(server.backend(), prefix).expect("prefix");
-    let layer =
-        RateLimitLayer::with_policies(limiter, [policy(Algorithm::FixedWindow, 2, 60_000, None)])
-            .expect("layer")
-            .key(key)
-            .clock(TestClock::at_millis(T0).clock());
+    let guard = GuardedLimiter::new(limiter, [policy(Algorithm::FixedWindow, 2, 60_000, None)])
+        .expect("guard")
+        .clock(TestClock::at_millis(T0).clock());
+    let layer = RateLimitLayer::new(guard).key(key);
     app(layer)
 }
 

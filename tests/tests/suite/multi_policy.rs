@@ -24,7 +24,7 @@ pub(crate) async fn all_or_nothing(limiter: &Limiter, backend: &str) {
         let both = both.clone();
         async move {
             limiter
-                .check_at(&both, "client", cost, at_ms(T0 + t))
+                .check_all_at(&both, "client", cost, at_ms(T0 + t))
                 .await
                 .expect("check")
         }

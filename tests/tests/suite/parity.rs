@@ -75,11 +75,11 @@ fn run_parity(
                 let (on_redis, in_memory) = runtime.block_on(async {
                     (
                         redis
-                            .check_at(&policies, &client, step.cost, at)
+                            .check_all_at(&policies, &client, step.cost, at)
                             .await
                             .expect("redis"),
                         memory
-                            .check_at(&policies, &client, step.cost, at)
+                            .check_all_at(&policies, &client, step.cost, at)
                             .await
                             .expect("memory"),
                     )

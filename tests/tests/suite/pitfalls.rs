@@ -83,7 +83,9 @@ async fn no_key_is_ever_left_without_a_ttl() {
         let result = if next(2) == 0 {
             limiter.check_all(&chosen, &client, cost).await
         } else {
-            limiter.check_at(&chosen, &client, cost, at_ms(clock)).await
+            limiter
+                .check_all_at(&chosen, &client, cost, at_ms(clock))
+                .await
         };
         result.expect("check");
         checks += 1;
@@ -96,8 +98,8 @@ async fn no_key_is_ever_left_without_a_ttl() {
 async fn admitted(limiter: &Limiter, p: &redlimit::Policy, at: Timestamp, tries: u64) -> u64 {
     let mut admitted = 0;
     for _ in 0..tries {
-        let decision = limiter.check_at(std::slice::from_ref(p), "c", 1, at).await;
-        admitted += u64::from(decision.expect("check")[0].allowed);
+        let decision = limiter.check_at(p, "c", 1, at).await;
+        admitted += u64::from(decision.expect("check").allowed);
     }
     admitted
 }
@@ -141,10 +143,10 @@ async fn sliding_log_never_admits_more_than_the_limit_in_any_window() {
         clock += seed % 120;
         let cost = 1 + (seed >> 20) % 3;
         let d = limiter
-            .check_at(std::slice::from_ref(&log), "c", cost, at_ms(clock))
+            .check_at(&log, "c", cost, at_ms(clock))
             .await
             .expect("check");
-        if d[0].allowed {
+        if d.allowed {
             admitted_at.extend(std::iter::repeat_n(
                 clock,
                 usize::try_from(cost).expect("small"),

@@ -32,7 +32,7 @@ async fn a_thousand_checks_cost_at_most_a_thousand_and_ten_commands() {
         } else {
             let at = at_ms(T0 + u64::try_from(i).expect("small"));
             limiter
-                .check_at(chosen, &client, 1, at)
+                .check_all_at(chosen, &client, 1, at)
                 .await
                 .expect("check");
         }

@@ -25,10 +25,9 @@ pub(crate) async fn check_table(limiter: &Limiter, backend: &str, table: &Table)
     let client = format!("{algorithm}-{}-{limit}", table.window_ms);
     for (step, &(t, cost, allowed, remaining, reset, retry)) in table.rows.iter().enumerate() {
         let decision = limiter
-            .check_at(std::slice::from_ref(&policy), &client, cost, at_ms(T0 + t))
+            .check_at(&policy, &client, cost, at_ms(T0 + t))
             .await
-            .expect("check")
-            .remove(0);
+            .expect("check");
         let got = (
             decision.allowed,
             decision.remaining,

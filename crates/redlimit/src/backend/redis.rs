@@ -93,6 +93,7 @@ impl RedisBackend {
 
     /// A Redis Cluster reached through any of `urls` (seed nodes; the rest is discovered).
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster<I, S>(urls: I) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
@@ -106,6 +107,7 @@ impl RedisBackend {
     /// The primary named `master` that the sentinels at `urls` (`redis://host:26379`) point to;
     /// after a failover, new connections go to the new primary.
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel<I, S>(urls: I, master: impl Into<String>) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,

@@ -43,6 +43,13 @@ where
 }
 
 /// One key for every request: a global limit.
+///
+/// ```
+/// use tower_redlimit::{Global, KeyExtractor};
+///
+/// let (parts, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+/// assert_eq!(Global.extract(&parts).as_deref(), Some("global"));
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Global;
 
@@ -53,6 +60,15 @@ impl KeyExtractor for Global {
 }
 
 /// The value of a request header, such as an API key. A missing or empty header has no key.
+///
+/// ```
+/// use tower_redlimit::{HeaderKey, KeyExtractor};
+///
+/// let key = HeaderKey::new("x-api-key")?;
+/// let (parts, ()) = http::Request::get("/").header("x-api-key", "k-42").body(()).unwrap().into_parts();
+/// assert_eq!(key.extract(&parts).as_deref(), Some("k-42"));
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct HeaderKey {
     name: HeaderName,
@@ -83,6 +99,21 @@ impl KeyExtractor for HeaderKey {
 }
 
 /// Two keys combined, such as client IP and route: limited per pair. Both must be present.
+///
+/// ```
+/// use tower_redlimit::{Both, Global, HeaderKey, KeyExtractor};
+///
+/// let per_key_and_tenant = Both(HeaderKey::new("x-api-key")?, HeaderKey::new("x-tenant")?);
+/// let (parts, ()) = http::Request::get("/")
+///     .header("x-api-key", "k")
+///     .header("x-tenant", "acme")
+///     .body(())
+///     .unwrap()
+///     .into_parts();
+/// assert_eq!(per_key_and_tenant.extract(&parts).as_deref(), Some("k|acme"));
+/// assert_eq!(Both(Global, Global).extract(&parts).as_deref(), Some("global|global"));
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Both<A, B>(pub A, pub B);
 

@@ -9,6 +9,23 @@ use super::KeyExtractor;
 ///
 /// axum records the route only for middleware added with `Router::route_layer` or on a handler;
 /// under `Router::layer` the request has not been routed yet and has no key.
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+/// use tower_redlimit::{MatchedRoute, RateLimitLayer};
+///
+/// let policy = Policy::builder("per-route", Algorithm::Gcra)
+///     .limit(1_000)
+///     .window(std::time::Duration::from_secs(1))
+///     .build()?;
+/// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy])?
+///     .key(MatchedRoute);
+/// let app: Router = Router::new()
+///     .route("/users/{id}", get(|| async { "a user" }))
+///     .route_layer(layer);
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MatchedRoute;
 
