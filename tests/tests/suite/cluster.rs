@@ -45,8 +45,10 @@ async fn exact_vectors_and_several_policies_on_the_cluster() {
 async fn ten_thousand_clients_spread_over_all_three_primaries() {
     let cluster = RedisCluster::start();
     let limiter = limiter(&cluster);
-    let p = policy(Algorithm::FixedWindow, 10, 60_000, None);
-    let both = [p, policy(Algorithm::Gcra, 10, 60_000, None)];
+    // Windows of an hour: no key may expire before they are counted, however slow the machine
+    // (a GCRA key lives one emission interval, here 6 minutes).
+    let p = policy(Algorithm::FixedWindow, 10, 3_600_000, None);
+    let both = [p, policy(Algorithm::Gcra, 10, 3_600_000, None)];
     for client in 0..10_000 {
         let d = limiter
             .check_all_at(&both, &format!("client-{client}"), 1, at_ms(T0))
