@@ -129,7 +129,8 @@ impl Limiter {
         cost: u64,
         now: Option<Timestamp>,
     ) -> Result<Decision, Error> {
-        let decisions = run(self.start(&One(policy.clone()), client, cost, now)).await?;
+        let one = One(policy.clone());
+        let decisions = run(self.backend.start(&self.keys, &one, client, cost, now)).await?;
         let only = decisions.into_iter().next();
         Ok(only.unwrap_or_else(|| unreachable!("one decision per policy")))
     }
@@ -142,21 +143,8 @@ impl Limiter {
         now: Option<Timestamp>,
     ) -> Result<Decisions, Error> {
         validate(policies)?;
-        run(self.start(&policies.to_vec(), client, cost, now)).await
-    }
-
-    /// Begins a check of valid `policies`; see [`Backend`]'s `start`.
-    pub(crate) fn start<P>(
-        &self,
-        policies: &P,
-        client: &str,
-        cost: u64,
-        now: Option<Timestamp>,
-    ) -> Started
-    where
-        P: AsRef<[Policy]> + Clone + Send + 'static,
-    {
-        self.backend.start(&self.keys, policies, client, cost, now)
+        let policies = policies.to_vec();
+        run(self.backend.start(&self.keys, &policies, client, cost, now)).await
     }
 }
 

@@ -201,7 +201,7 @@ impl GuardedLimiter {
             block = Some((slot, sent_us));
         }
         let now = guard.clock.as_ref().map(|clock| clock());
-        match guard.limiter.start(&guard.policies, client, cost, now) {
+        match start(&guard.limiter, &guard.policies, client, cost, now) {
             Started::Ready(Ok(decisions)) => Check::ready(guard.counted(decisions)),
             Started::Ready(Err(error)) => self.fail(client, cost, Some(error)),
             Started::Waiting(answer) => {
@@ -259,7 +259,7 @@ impl GuardedLimiter {
             FailurePolicy::Local(local) => local,
         };
         let now = guard.clock.as_ref().map(|clock| clock());
-        match local.start(&guard.policies, client, cost, now) {
+        match start(local, &guard.policies, client, cost, now) {
             Started::Ready(answer) => Check::ready(guard.fallback(answer, error)),
             Started::Waiting(answer) => {
                 let this = self.clone();
@@ -331,6 +331,17 @@ impl Guard {
             None => u64::try_from(process_start().elapsed().as_micros()).unwrap_or(u64::MAX),
         }
     }
+}
+
+fn start(
+    limiter: &Limiter,
+    policies: &Arc<[Policy]>,
+    client: &str,
+    cost: u64,
+    now: Option<Timestamp>,
+) -> Started {
+    let backend = limiter.backend();
+    backend.start(limiter.keys(), policies, client, cost, now)
 }
 
 fn process_start() -> Instant {
