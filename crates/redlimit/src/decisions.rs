@@ -1,4 +1,4 @@
-use std::{ops::Deref, time::Duration};
+use std::{ops::Deref, sync::Arc, time::Duration};
 
 use crate::{Decision, Error, RetryAfter};
 
@@ -31,10 +31,11 @@ use crate::{Decision, Error, RetryAfter};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Decisions {
     items: Vec<Decision>,
-    error: Option<Error>,
+    /// Shared, so the decisions can be cloned (into a handler's extensions, say).
+    error: Option<Arc<Error>>,
 }
 
 impl Decisions {
@@ -46,7 +47,7 @@ impl Decisions {
 
     /// Decisions the failure policy made because the backend failed with `error`.
     pub(crate) fn with_error(mut self, error: Option<Error>) -> Self {
-        self.error = error;
+        self.error = error.map(Arc::new);
         self
     }
 
@@ -85,7 +86,7 @@ impl Decisions {
     /// [`GuardedLimiter`](crate::GuardedLimiter)'s backend failed. `None` when the backend
     /// decided, or when a failure reason shows with no error: the circuit was open.
     pub fn error(&self) -> Option<&Error> {
-        self.error.as_ref()
+        self.error.as_deref()
     }
 
     /// The decisions, one per policy.

@@ -54,7 +54,9 @@ struct Guard {
     budget: Duration,
     stats: Arc<Stats>,
     clock: Option<Clock>,
-    /// Only for a backend over the network: in process, asking the backend is as cheap.
+    /// Whether the backend is over the network: only then are a circuit breaker and a block
+    /// cache worth their cost (in process, asking the backend is as cheap).
+    remote: bool,
     blocks: Option<Arc<BlockCache>>,
 }
 
@@ -92,10 +94,8 @@ impl GuardedLimiter {
             });
         }
         let capacity = policies.iter().map(Policy::capacity).min().unwrap_or(0);
-        let blocks = limiter
-            .backend()
-            .is_remote()
-            .then(|| Arc::new(BlockCache::default()));
+        let remote = limiter.backend().is_remote();
+        let blocks = remote.then(|| Arc::new(BlockCache::default()));
         Ok(Self {
             inner: Arc::new(Guard {
                 limiter,
@@ -106,6 +106,7 @@ impl GuardedLimiter {
                 budget: Duration::from_millis(50),
                 stats: Arc::default(),
                 clock: None,
+                remote,
                 blocks,
             }),
         })
@@ -143,7 +144,7 @@ impl GuardedLimiter {
     /// check to the backend. The memory backend decides in process anyway and never uses one.
     #[must_use]
     pub fn block_cache(mut self, cache: Option<BlockCache>) -> Self {
-        let remote = self.inner.limiter.backend().is_remote();
+        let remote = self.inner.remote;
         self.settings().blocks = cache.filter(|_| remote).map(Arc::new);
         self
     }
@@ -200,14 +201,18 @@ impl GuardedLimiter {
             }
             block = Some((slot, sent_us));
         }
+        // An open circuit answers before a check is even begun.
+        if guard.remote && !guard.breaker.permit() {
+            return self.fail(client, cost, None);
+        }
         let now = guard.clock.as_ref().map(|clock| clock());
         match start(&guard.limiter, &guard.policies, client, cost, now) {
             Started::Ready(Ok(decisions)) => Check::ready(guard.counted(decisions)),
-            Started::Ready(Err(error)) => self.fail(client, cost, Some(error)),
+            Started::Ready(Err(error)) => {
+                guard.stats.count_failed(error.kind());
+                self.fail(client, cost, Some(error))
+            }
             Started::Waiting(answer) => {
-                if !guard.breaker.permit() {
-                    return self.fail(client, cost, None);
-                }
                 let this = self.clone();
                 let client = client.to_owned();
                 Check::waiting(async move {
