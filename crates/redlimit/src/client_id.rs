@@ -20,6 +20,8 @@ impl ClientIds {
     /// Two outputs of one pass over the client: the second is drawn after one more byte, from
     /// the hasher's 256-bit state, so two clients that share the first half still differ in the
     /// second (unless their states collide too).
+    // Inlined: on the memory backend's path of every request, and small.
+    #[inline]
     pub(crate) fn id(&self, client: &str) -> ClientId {
         let mut hasher = self.seed.build_hasher();
         client.hash(&mut hasher);
@@ -30,6 +32,7 @@ impl ClientIds {
 
     /// Which of `shards` holds `id`: from the high half, where the key tables' probes (which
     /// start from the low bits) do not look.
+    #[inline]
     pub(crate) fn shard(id: ClientId, shards: usize) -> usize {
         usize::try_from((id >> 64) % shards as u128).unwrap_or(0)
     }
