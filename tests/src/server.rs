@@ -229,11 +229,27 @@ fn read_logs(dir: &Path) -> String {
 }
 
 /// A port nothing listens on right now.
+///
+/// Drawn from 15000–22999, below the kernel's ephemeral range (32768 and up on Linux), so an
+/// outgoing connection cannot take it between this probe and the server's bind; a cluster node's
+/// bus port (port + 10000) stays below that range too. No port is handed out twice in one
+/// process, so two servers started by one test run never race for the same port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("binding a loopback port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // A start that differs per process, then a walk over the whole range (97 is prime to it).
+    let seed = std::process::id().wrapping_mul(2_654_435_761);
+    let span = 8_000_u32;
+    for step in 0..span {
+        let port = u16::try_from(15_000 + (seed.wrapping_add(step * 97)) % span).unwrap_or(15_000);
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in 15000-22999")
 }
 
 fn temp_dir() -> PathBuf {
