@@ -4,10 +4,12 @@ use std::collections::HashMap;
 
 use deadpool_redis::redis;
 
-/// Commands redlimit's scripts run inside `EVALSHA`: Redis counts them in `commandstats` too,
+/// Commands the scripts (redlimit's, and the benchmark's naive one) run inside `EVALSHA`: Redis counts them in `commandstats` too,
 /// but they cost no round trip.
 const INSIDE_SCRIPTS: &[&str] = &[
     "time",
+    "incr",
+    "expire",
     "hmget",
     "hset",
     "hincrby",
@@ -30,8 +32,26 @@ const INSPECTION: &[&str] = &[
     "flushall",
 ];
 
-/// Calls per command so far (rejected and failed calls too: they were sent).
-pub fn command_calls(connection: &mut redis::Connection) -> HashMap<String, u64> {
+/// One command's figures so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommandStat {
+    /// Calls, rejected and failed ones too: they were sent.
+    pub calls: u64,
+    /// Microseconds Redis spent executing them (for a script, with the commands it ran).
+    pub usec: u64,
+}
+
+/// What clients sent between two [`command_calls`] snapshots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// How many commands.
+    pub commands: u64,
+    /// The microseconds Redis spent executing them.
+    pub usec: u64,
+}
+
+/// Every command's figures so far, from `INFO commandstats`.
+pub fn command_calls(connection: &mut redis::Connection) -> HashMap<String, CommandStat> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(connection)
@@ -39,25 +59,36 @@ pub fn command_calls(connection: &mut redis::Connection) -> HashMap<String, u64>
     info.lines()
         .filter_map(|line| {
             let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let sent = stats
-                .split(',')
-                .filter_map(|field| field.split_once('='))
-                .filter(|(k, _)| matches!(*k, "calls" | "rejected_calls" | "failed_calls"))
-                .filter_map(|(_, v)| v.parse::<u64>().ok())
-                .sum();
-            Some((name.to_owned(), sent))
+            let mut stat = CommandStat::default();
+            for (field, value) in stats.split(',').filter_map(|f| f.split_once('=')) {
+                let Ok(value) = value.parse::<u64>() else {
+                    continue;
+                };
+                match field {
+                    "calls" | "rejected_calls" | "failed_calls" => stat.calls += value,
+                    "usec" => stat.usec = value,
+                    _ => {}
+                }
+            }
+            Some((name.to_owned(), stat))
         })
         .collect()
 }
 
-/// Commands clients sent between two [`command_calls`] snapshots: everything but what ran
+/// What clients sent between two [`command_calls`] snapshots: every command but those that ran
 /// inside scripts and the inspection commands.
-pub fn commands_sent(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> u64 {
-    after
-        .iter()
-        .filter(|(name, _)| {
-            !INSIDE_SCRIPTS.contains(&name.as_str()) && !INSPECTION.contains(&name.as_str())
-        })
-        .map(|(name, calls)| calls.saturating_sub(before.get(name).copied().unwrap_or(0)))
-        .sum()
+pub fn commands_sent(
+    before: &HashMap<String, CommandStat>,
+    after: &HashMap<String, CommandStat>,
+) -> Sent {
+    let sent = after.iter().filter(|(name, _)| {
+        !INSIDE_SCRIPTS.contains(&name.as_str()) && !INSPECTION.contains(&name.as_str())
+    });
+    let mut total = Sent::default();
+    for (name, stat) in sent {
+        let earlier = before.get(name).copied().unwrap_or_default();
+        total.commands += stat.calls.saturating_sub(earlier.calls);
+        total.usec += stat.usec.saturating_sub(earlier.usec);
+    }
+    total
 }

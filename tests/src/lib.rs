@@ -14,7 +14,7 @@ mod server;
 
 pub use self::{
     cluster::RedisCluster,
-    commands::{command_calls, commands_sent},
+    commands::{CommandStat, Sent, command_calls, commands_sent},
     http::{HttpResponse, TestClock, http_get, serve},
     sentinel::RedisSentinel,
     server::{RedisServer, flush_all, free_port, keys_without_ttl, redis_server_binary},

@@ -1,4 +1,5 @@
-//! Decisions per second: a raw redis-rs baseline, redlimit with each algorithm, and the
+//! Decisions per second and Redis µs per decision: the script a user writes by hand (the
+//! baseline), redlimit's script on a raw connection, redlimit with each algorithm, and the
 //! in-memory backend, interleaved round by round.
 
 use std::sync::Arc;
@@ -12,9 +13,22 @@ use crate::{
     report::Row,
 };
 
+/// The fixed window a user writes by hand: the window's index in the key (from the client's
+/// clock), `INCR`, `EXPIRE` on the first hit, the count back; the caller compares it with the
+/// limit. No Redis clock, nothing kept from the previous window.
+const NAIVE_SCRIPT: &str = "local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return n";
+
 /// One way of deciding.
 enum Contender {
-    /// The check script by `EVALSHA` on a plain multiplexed connection, no redlimit.
+    /// [`NAIVE_SCRIPT`] by `EVALSHA` on a plain multiplexed connection: the baseline.
+    Naive {
+        conn: MultiplexedConnection,
+        sha1: String,
+    },
+    /// redlimit's check script by `EVALSHA` on a plain multiplexed connection, no redlimit:
+    /// what the library adds on the client side.
     Raw {
         conn: MultiplexedConnection,
         sha1: String,
@@ -26,6 +40,18 @@ enum Contender {
 impl Contender {
     async fn decide(&self, client: &str) {
         match self {
+            Self::Naive { conn, sha1 } => {
+                let count: u64 = redis::cmd("EVALSHA")
+                    .arg(sha1)
+                    .arg(1)
+                    .arg(naive_key(client))
+                    .arg(60)
+                    .query_async(&mut conn.clone())
+                    .await
+                    .expect("naive EVALSHA");
+                // The decision the hand-written limiter makes.
+                std::hint::black_box(count <= 100);
+            }
             Self::Raw { conn, sha1 } => {
                 // The same key shape and arguments redlimit sends for a fixed window.
                 let key = format!("raw:fixed_window:{{{client}}}:fw:60000:100");
@@ -55,10 +81,17 @@ impl Contender {
 
     fn key(&self, client: &str) -> String {
         match self {
+            Self::Naive { .. } => naive_key(client),
             Self::Raw { .. } => format!("raw:fixed_window:{{{client}}}:fw:60000:100"),
             Self::Limiter(limiter, policy) => limiter.keys().key(policy, client),
         }
     }
+}
+
+/// `naive:{client}:window`, the window's index from this process's clock.
+fn naive_key(client: &str) -> String {
+    let window = redlimit::Timestamp::now().as_micros() / 60_000_000;
+    format!("naive:{{{client}}}:{window}")
 }
 
 pub(crate) fn policy(algorithm: Algorithm, limit: u64) -> Policy {
@@ -104,6 +137,9 @@ pub(crate) fn bytes_per_key(
     (!sizes.is_empty()).then(|| sizes.iter().sum::<u64>() as f64 / sizes.len() as f64)
 }
 
+/// The baseline's name.
+pub(crate) const NAIVE: &str = "naive_script";
+
 pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
     let mut admin = admin(url);
     let client = redis::Client::open(url).expect("a valid url");
@@ -111,15 +147,25 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
         .get_multiplexed_async_connection()
         .await
         .expect("a raw connection");
-    let sha1: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(redlimit::SCRIPT)
-        .query(&mut admin)
-        .expect("SCRIPT LOAD");
-    let mut contenders: Vec<(String, Arc<Contender>)> = vec![(
-        "raw_baseline".to_owned(),
-        Arc::new(Contender::Raw { conn, sha1 }),
-    )];
+    let load = |admin: &mut redis::Connection, script: &str| -> String {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script)
+            .query(admin)
+            .expect("SCRIPT LOAD")
+    };
+    let naive = Contender::Naive {
+        conn: conn.clone(),
+        sha1: load(&mut admin, NAIVE_SCRIPT),
+    };
+    let raw = Contender::Raw {
+        conn,
+        sha1: load(&mut admin, redlimit::SCRIPT),
+    };
+    let mut contenders: Vec<(String, Arc<Contender>)> = vec![
+        (NAIVE.to_owned(), Arc::new(naive)),
+        ("raw_script".to_owned(), Arc::new(raw)),
+    ];
     for algorithm in Algorithm::ALL {
         let limiter = redis_limiter(url, "bench");
         contenders.push((

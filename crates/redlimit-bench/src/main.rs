@@ -123,7 +123,7 @@ fn main() -> ExitCode {
         report::print(
             "decisions (one check per call, over K keys)",
             &rows,
-            "raw_baseline",
+            decisions::NAIVE,
         );
     }
     if settings.runs("http") {
