@@ -129,8 +129,7 @@ impl Limiter {
         cost: u64,
         now: Option<Timestamp>,
     ) -> Result<Decision, Error> {
-        let one = One(policy.clone());
-        let decisions = run(self.backend.start(&self.keys, &one, client, cost, now)).await?;
+        let decisions = run(self.backend.start(&self.keys, policy, client, cost, now)).await?;
         let only = decisions.into_iter().next();
         Ok(only.unwrap_or_else(|| unreachable!("one decision per policy")))
     }
@@ -143,18 +142,7 @@ impl Limiter {
         now: Option<Timestamp>,
     ) -> Result<Decisions, Error> {
         validate(policies)?;
-        let policies = policies.to_vec();
-        run(self.backend.start(&self.keys, &policies, client, cost, now)).await
-    }
-}
-
-/// One policy, owned for a check that may outlive the caller's borrow.
-#[derive(Clone)]
-struct One(Policy);
-
-impl AsRef<[Policy]> for One {
-    fn as_ref(&self) -> &[Policy] {
-        std::slice::from_ref(&self.0)
+        run(self.backend.start(&self.keys, policies, client, cost, now)).await
     }
 }
 

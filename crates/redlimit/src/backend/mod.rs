@@ -5,7 +5,7 @@ mod memory;
 mod redis;
 pub(crate) mod script;
 
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use self::script::{Answer, Invocation};
 pub use self::{
@@ -45,6 +45,53 @@ pub(crate) enum Started {
     Waiting(Pin<Box<dyn Future<Output = Result<Decisions, Error>> + Send>>),
 }
 
+/// The policies of a check: borrowed while it is decided in process, copied into the future
+/// only when it waits for Redis.
+pub(crate) trait Policies {
+    /// What the waiting future keeps.
+    type Owned: AsRef<[Policy]> + Send + 'static;
+
+    fn as_slice(&self) -> &[Policy];
+
+    fn to_owned_policies(&self) -> Self::Owned;
+}
+
+impl Policies for Policy {
+    type Owned = [Policy; 1];
+
+    fn as_slice(&self) -> &[Policy] {
+        std::slice::from_ref(self)
+    }
+
+    fn to_owned_policies(&self) -> [Policy; 1] {
+        [self.clone()]
+    }
+}
+
+impl Policies for [Policy] {
+    type Owned = Vec<Policy>;
+
+    fn as_slice(&self) -> &[Policy] {
+        self
+    }
+
+    fn to_owned_policies(&self) -> Vec<Policy> {
+        self.to_vec()
+    }
+}
+
+impl Policies for Arc<[Policy]> {
+    type Owned = Self;
+
+    fn as_slice(&self) -> &[Policy] {
+        self
+    }
+
+    fn to_owned_policies(&self) -> Self {
+        Arc::clone(self)
+    }
+}
+
 impl Backend {
     /// Whether checks cross the network (and so are worth a time budget, a circuit breaker
     /// and a block cache).
@@ -54,24 +101,21 @@ impl Backend {
 
     /// Begins a check of `policies` (valid: not empty, no name twice) for `client`. In process
     /// it is decided here; on Redis the returned future sends it when first polled.
-    pub(crate) fn start<P>(
+    pub(crate) fn start<P: Policies + ?Sized>(
         &self,
         keys: &KeyScheme,
         policies: &P,
         client: &str,
         cost: u64,
         now: Option<Timestamp>,
-    ) -> Started
-    where
-        P: AsRef<[Policy]> + Clone + Send + 'static,
-    {
+    ) -> Started {
         match self {
             Self::Memory(memory) => {
                 let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
                 let decisions = memory.check(
                     keys,
                     client,
-                    policies.as_ref(),
+                    policies.as_slice(),
                     cost,
                     now_us,
                     |policy, answer| decision(policy, answer, Reason::Memory),
@@ -80,7 +124,7 @@ impl Backend {
             }
             Self::Redis(redis) => {
                 let redis = redis.clone();
-                let policies = policies.clone();
+                let policies = policies.to_owned_policies();
                 let keys: Vec<String> = policies
                     .as_ref()
                     .iter()

@@ -8,7 +8,8 @@ use std::{
 
 use crate::{Algorithm, GuardedLimiter, Limiter, Policy, Reason, RedisBackend};
 
-/// A throwaway `redis-server` on a free loopback port, killed when dropped.
+/// A throwaway `redis-server` on a free loopback port, killed when dropped. Not the test
+/// harness's: that crate depends on this one, so a unit test here cannot use it.
 struct Server {
     child: Child,
     address: SocketAddr,
