@@ -1,47 +1,51 @@
 -- Fixed window, aligned (fw: windows start at multiples of the window) or anchored (fwa: the
 -- window starts at the client's first hit). Hash: s = window start (ms), n = count.
 -- The TTL is set when a window's counter is created and never extended.
-local function fixed_window(aligned)
-  return function(key, p, now_us, cost)
-    local now = div(now_us, 1000)
-    local limit, window = p.limit, p.window
-    local fresh = now
-    if aligned then
-      fresh = div(now, window) * window
-    end
-    local state = fields(key, 's', 'n')
-    local start, count = state[1], state[2]
-    local current = start ~= nil
-      and ((aligned and start == fresh) or (not aligned and start <= now and now < start + window))
-    if not current then
-      start, count = fresh, 0
-    end
-    local finish = start + window
-    local function quota(n)
-      if n > 0 then
-        return view(limit - n, finish - now)
-      end
-      return view(limit, 0)
-    end
-    local plan = { before = quota(count) }
-    if cost > limit then
-      plan.denial = NEVER
-    elseif count + cost > limit then
-      plan.denial = finish - now
-    else
-      plan.after = quota(count + cost)
-      plan.write = function()
-        if count == 0 then
-          redis.call('HSET', key, 's', str(start), 'n', str(cost))
-          redis.call('PEXPIRE', key, str(finish - now))
-        else
-          redis.call('HINCRBY', key, 'n', str(cost))
-        end
-      end
-    end
-    return plan
+
+-- The quota with n counted in the window ending at finish.
+local function window_quota(limit, n, finish, now)
+  if n > 0 then
+    return math.max(limit - n, 0), finish - now
   end
+  return limit, 0
 end
 
-ALGORITHMS.fw = fixed_window(true)
-ALGORITHMS.fwa = fixed_window(false)
+local function window_decide(key, limit, window, now_us, cost, aligned)
+  local now = div(now_us, 1000)
+  local start, n = ints(key, redis.call('HMGET', key, 's', 'n'))
+  local fresh = now
+  if aligned then
+    fresh = div(now, window) * window
+  end
+  if start == nil or (aligned and start ~= fresh)
+    or (not aligned and not (start <= now and now < start + window)) then
+    start, n = fresh, 0
+  end
+  local finish = start + window
+  local remaining, reset = window_quota(limit, n, finish, now)
+  if cost > limit then
+    return 0, remaining, reset, NEVER
+  elseif n + cost > limit then
+    return 0, remaining, reset, finish - now
+  end
+  return 1, remaining, reset, -1, start, n, now
+end
+
+local function fixed_window(key, limit, window, burst, now_us, cost)
+  return window_decide(key, limit, window, now_us, cost, true)
+end
+
+local function fixed_window_anchored(key, limit, window, burst, now_us, cost)
+  return window_decide(key, limit, window, now_us, cost, false)
+end
+
+local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now)
+  local finish = start + window
+  if n == 0 then
+    redis.call('HSET', key, 's', str(start), 'n', str(cost))
+    redis.call('PEXPIRE', key, str(finish - now))
+  else
+    redis.call('HINCRBY', key, 'n', str(cost))
+  end
+  return window_quota(limit, n + cost, finish, now)
+end

@@ -1,25 +1,27 @@
 -- GCRA (gcra): a string holding the theoretical arrival time (TAT) in microseconds. Each request
 -- moves the TAT one emission interval later; it passes while TAT - now <= burst * interval.
-ALGORITHMS.gcra = function(key, p, now_us, cost)
-  local interval = ceil_div(p.window * 1000, p.limit)
-  local burst = p.burst
+
+-- The quota when the TAT is tat.
+local function gcra_quota(interval, tolerance, tat, now_us)
+  return div(math.max(tolerance - (tat - now_us), 0), interval), ceil_div(tat - now_us, 1000)
+end
+
+local function gcra(key, limit, window, burst, now_us, cost)
+  local interval = ceil_div(window * 1000, limit)
   local tolerance = burst * interval
-  local tat = int(key, call(key, 'GET', key)) or now_us
-  tat = math.max(tat, now_us)
-  local function quota(t)
-    return view(div(math.max(tolerance - (t - now_us), 0), interval), ceil_div(t - now_us, 1000))
-  end
-  local plan = { before = quota(tat) }
+  local tat = math.max(int(key, redis.call('GET', key)) or now_us, now_us)
+  local remaining, reset = gcra_quota(interval, tolerance, tat, now_us)
   local new_tat = tat + cost * interval
   if cost > burst then
-    plan.denial = NEVER
+    return 0, remaining, reset, NEVER
   elseif new_tat - now_us > tolerance then
-    plan.denial = ceil_div(new_tat - tolerance - now_us, 1000)
-  else
-    plan.after = quota(new_tat)
-    plan.write = function()
-      redis.call('SET', key, str(new_tat), 'PX', str(ceil_div(new_tat - now_us, 1000)))
-    end
+    return 0, remaining, reset, ceil_div(new_tat - tolerance - now_us, 1000)
   end
-  return plan
+  return 1, remaining, reset, -1, new_tat, interval, tolerance
+end
+
+local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance)
+  local remaining, reset = gcra_quota(interval, tolerance, new_tat, now_us)
+  redis.call('SET', key, str(new_tat), 'PX', str(reset))
+  return remaining, reset
 end

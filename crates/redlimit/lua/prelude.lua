@@ -1,11 +1,18 @@
--- redlimit: helpers shared by every algorithm. The scripts are concatenated in this order:
--- prelude.lua, one file per algorithm, check.lua (the entry point).
+-- redlimit's scripts are this prelude, one or every algorithm's file, and an entry: one.lua
+-- checks one policy, several.lua any number together.
+--
+-- An algorithm is two functions over plain numbers, so a check builds no closures or plan tables:
+--   decide(key, limit, window_ms, burst, now_us, cost) -> allowed (1/0), remaining, reset (ms),
+--     retry (ms: -1 when allowed, -2 when the cost can never pass), then up to three numbers
+--     that take needs. It writes nothing (the sliding log trims expired entries).
+--   take(key, limit, window_ms, burst, now_us, cost, a, b, c) -> remaining, reset (ms) after
+--     consuming cost, which decide admitted.
 --
 -- All arithmetic is on integers below 2^53, where Lua's doubles are exact. Numbers are formatted
--- with %d before they reach redis.call, because Lua's own number-to-string conversion keeps only
--- 14 significant digits.
+-- with %d before they reach redis.call, because Lua's own conversion keeps only 14 significant
+-- digits. A key of the wrong type fails its redis.call with WRONGTYPE, which the client reports
+-- as corrupt state: no pcall on the hot path.
 
-local ALGORITHMS = {}
 local NEVER = -2
 
 -- Corrupt state is an error, never a decision.
@@ -13,40 +20,24 @@ local function corrupt(key, why)
   error({ err = 'REDLIMIT_CORRUPT ' .. key .. ' ' .. why })
 end
 
--- A command that may meet a key of the wrong type.
-local function call(key, ...)
-  local reply = redis.pcall(...)
-  if type(reply) == 'table' and reply.err then
-    corrupt(key, 'has the wrong type: ' .. reply.err)
-  end
-  return reply
-end
-
 -- A stored non-negative integer; nil when absent.
 local function int(key, value)
-  if value == nil or value == false then
+  if not value then
     return nil
   end
-  if type(value) ~= 'string' or #value > 16 or not string.match(value, '^%d+$') then
+  if #value > 16 or not string.match(value, '^%d+$') then
     corrupt(key, 'holds a non-integer value')
   end
   return tonumber(value)
 end
 
--- The fields of a hash as integers: all present, or all nil when the key is absent.
-local function fields(key, ...)
-  local reply = call(key, 'HMGET', key, ...)
-  local values, present = {}, 0
-  for i = 1, select('#', ...) do
-    values[i] = int(key, reply[i])
-    if values[i] ~= nil then
-      present = present + 1
-    end
-  end
-  if present ~= 0 and present ~= #reply then
+-- An HMGET reply of two or three fields as integers: all present, or all nil.
+local function ints(key, reply)
+  local a, b, c = int(key, reply[1]), int(key, reply[2]), int(key, reply[3])
+  if (a == nil) ~= (b == nil) or (reply[3] ~= nil and (a == nil) ~= (c == nil)) then
     corrupt(key, 'is missing a field')
   end
-  return values
+  return a, b, c
 end
 
 local function str(n)
@@ -68,8 +59,11 @@ local function ceil_div(a, b)
   return div(a + b - 1, b)
 end
 
--- A plan is { before = {remaining, reset_ms}, after = {…} or nil, denial = ms or NEVER or nil,
--- write = function() end }: nothing is written until every policy of the check admits.
-local function view(remaining, reset_ms)
-  return { math.max(remaining, 0), reset_ms }
+-- ARGV[1]: now in microseconds, or '' to read Redis TIME.
+local function clock()
+  if ARGV[1] == '' then
+    local time = redis.call('TIME')
+    return time[1] * 1000000 + time[2]
+  end
+  return tonumber(ARGV[1])
 end

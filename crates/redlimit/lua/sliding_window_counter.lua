@@ -1,6 +1,18 @@
 -- Sliding window counter (swc): hash w = current window index, p = previous window's count,
--- c = current window's count. The estimate prev * (window - elapsed) / window + curr is kept
--- multiplied by the window so every comparison is between integers.
+-- c = current window's count. The estimate prev * (window - elapsed) + curr * window is the
+-- weighted count multiplied by the window, so every comparison is between integers.
+
+local function counter_quota(limit, window, elapsed, prev, curr)
+  local reset = 0
+  if curr > 0 then
+    reset = 2 * window - elapsed
+  elseif prev > 0 then
+    reset = window - elapsed
+  end
+  local estimate = prev * (window - elapsed) + curr * window
+  return div(math.max(limit * window - estimate, 0), window), reset
+end
+
 local function counter_retry(limit, window, elapsed, prev, curr, cost)
   -- Later in this window, once prev * (window - e) <= (limit - curr - cost) * window.
   local room = limit - curr - cost
@@ -18,47 +30,36 @@ local function counter_retry(limit, window, elapsed, prev, curr, cost)
   return window - elapsed + later
 end
 
-ALGORITHMS.swc = function(key, p, now_us, cost)
+local function sliding_window_counter(key, limit, window, burst, now_us, cost)
   local now = div(now_us, 1000)
-  local limit, window = p.limit, p.window
   local index = div(now, window)
   local elapsed = now - index * window
-  local state = fields(key, 'w', 'p', 'c')
-  local prev, curr = 0, 0
-  if state[1] == index then
-    prev, curr = state[2], state[3]
-  elseif state[1] ~= nil and state[1] + 1 == index then
-    prev = state[3]
+  local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+  local prev, curr, same = 0, 0, 0
+  if stored == index then
+    prev, curr, same = p, c, 1
+  elseif stored ~= nil and stored + 1 == index then
+    prev = c
   end
-  local capacity = limit * window
-  local function estimate(c)
-    return prev * (window - elapsed) + c * window
-  end
-  local function quota(c)
-    local reset = 0
-    if c > 0 then
-      reset = 2 * window - elapsed
-    elseif prev > 0 then
-      reset = window - elapsed
-    end
-    return view(div(math.max(capacity - estimate(c), 0), window), reset)
-  end
-  local plan = { before = quota(curr) }
+  local remaining, reset = counter_quota(limit, window, elapsed, prev, curr)
   if cost > limit then
-    plan.denial = NEVER
-  elseif estimate(curr) + cost * window > capacity then
-    plan.denial = counter_retry(limit, window, elapsed, prev, curr, cost)
-  else
-    plan.after = quota(curr + cost)
-    plan.write = function()
-      if state[1] == index then
-        -- Same window: the state's deadline (the end of the next window) has not moved.
-        redis.call('HINCRBY', key, 'c', str(cost))
-      else
-        redis.call('HSET', key, 'w', str(index), 'p', str(prev), 'c', str(curr + cost))
-        redis.call('PEXPIRE', key, str(2 * window - elapsed))
-      end
-    end
+    return 0, remaining, reset, NEVER
+  elseif prev * (window - elapsed) + (curr + cost) * window > limit * window then
+    return 0, remaining, reset, counter_retry(limit, window, elapsed, prev, curr, cost)
   end
-  return plan
+  return 1, remaining, reset, -1, same, prev, curr
+end
+
+local function sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr)
+  local now = div(now_us, 1000)
+  local index = div(now, window)
+  local elapsed = now - index * window
+  if same == 1 then
+    -- Same window: the state's deadline (the end of the next window) has not moved.
+    redis.call('HINCRBY', key, 'c', str(cost))
+  else
+    redis.call('HSET', key, 'w', str(index), 'p', str(prev), 'c', str(curr + cost))
+    redis.call('PEXPIRE', key, str(2 * window - elapsed))
+  end
+  return counter_quota(limit, window, elapsed, prev, curr + cost)
 end

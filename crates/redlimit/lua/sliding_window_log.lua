@@ -1,52 +1,48 @@
 -- Sliding window log (swl): a sorted set of admitted request times (ms), members unique.
 -- An entry at t counts while t > now - window.
+
 local function log_score(key, reply)
   return int(key, reply[2])
 end
 
-ALGORITHMS.swl = function(key, p, now_us, cost)
+local function sliding_window_log(key, limit, window, burst, now_us, cost)
   local now = div(now_us, 1000)
-  local limit, window = p.limit, p.window
-  call(key, 'ZREMRANGEBYSCORE', key, '-inf', str(now - window))
-  local count = call(key, 'ZCARD', key)
-  local newest = nil
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - window))
+  local count = redis.call('ZCARD', key)
+  local newest, reset = -1, 0
   if count > 0 then
-    newest = log_score(key, call(key, 'ZRANGE', key, -1, -1, 'WITHSCORES'))
+    newest = log_score(key, redis.call('ZRANGE', key, -1, -1, 'WITHSCORES'))
+    reset = newest + window - now
   end
-  local function quota(n, last)
-    if last == nil then
-      return view(limit - n, 0)
-    end
-    return view(limit - n, last + window - now)
-  end
-  local plan = { before = quota(count, newest) }
+  local remaining = math.max(limit - count, 0)
   if cost > limit then
-    plan.denial = NEVER
+    return 0, remaining, reset, NEVER
   elseif count + cost > limit then
     -- The oldest count + cost - limit entries must leave the window first.
     local leaving = count + cost - limit
-    local last_to_leave = log_score(key, call(key, 'ZRANGE', key, leaving - 1, leaving - 1, 'WITHSCORES'))
-    plan.denial = last_to_leave + window - now
-  else
-    local newest_after = newest
-    if cost > 0 then
-      newest_after = math.max(newest or now, now)
-    end
-    plan.after = quota(count + cost, newest_after)
-    plan.write = function()
-      -- Members at the same millisecond are numbered after those already there.
-      local taken = redis.call('ZCOUNT', key, str(now), str(now))
-      local batch = {}
-      for i = 0, cost - 1 do
-        batch[#batch + 1] = str(now)
-        batch[#batch + 1] = str(now) .. ':' .. str(taken + i)
-        if #batch >= 1000 or i == cost - 1 then
-          redis.call('ZADD', key, unpack(batch))
-          batch = {}
-        end
-      end
-      redis.call('PEXPIRE', key, str(newest_after + window - now))
-    end
+    local last = log_score(key, redis.call('ZRANGE', key, leaving - 1, leaving - 1, 'WITHSCORES'))
+    return 0, remaining, reset, last + window - now
   end
-  return plan
+  return 1, remaining, reset, -1, count, newest
+end
+
+local function sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest)
+  local now = div(now_us, 1000)
+  local stamp = str(now)
+  -- Members are numbered from the count in the window: at one millisecond that count only
+  -- grows, so numbers do not repeat while time moves forward. Should time step back onto a
+  -- used number, ZADD adds fewer than asked and numbering goes on past it.
+  local number, added = count, 0
+  while added < cost do
+    local batch = {}
+    for _ = 1, math.min(cost - added, 500) do
+      batch[#batch + 1] = stamp
+      batch[#batch + 1] = stamp .. ':' .. str(number)
+      number = number + 1
+    end
+    added = added + redis.call('ZADD', key, unpack(batch))
+  end
+  local reset = math.max(newest, now) + window - now
+  redis.call('PEXPIRE', key, str(reset))
+  return limit - count - cost, reset
 end

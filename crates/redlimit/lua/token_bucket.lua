@@ -1,37 +1,33 @@
 -- Token bucket (tb): hash t = tokens multiplied by the window (ms), l = last refill (ms).
 -- limit tokens per window refill it, burst tokens fill it.
-ALGORITHMS.tb = function(key, p, now_us, cost)
+local function token_bucket(key, rate, window, burst, now_us, cost)
   local now = div(now_us, 1000)
-  local rate, window, burst = p.limit, p.window, p.burst
   local full = burst * window
-  local state = fields(key, 't', 'l')
-  local tokens, last = full, now
-  if state[1] ~= nil then
-    local stored = math.min(state[1], full)
-    local elapsed = math.max(now - state[2], 0)
-    if elapsed >= ceil_div(full - stored, rate) then
-      tokens = full
-    else
+  local stored, last = ints(key, redis.call('HMGET', key, 't', 'l'))
+  local tokens = full
+  if stored == nil then
+    last = now
+  else
+    stored = math.min(stored, full)
+    local elapsed = math.max(now - last, 0)
+    if elapsed < ceil_div(full - stored, rate) then
       tokens = stored + elapsed * rate
     end
-    last = math.max(state[2], now)
+    last = math.max(last, now)
   end
-  local function quota(t)
-    return view(div(t, window), ceil_div(full - t, rate))
-  end
-  local plan = { before = quota(tokens) }
+  local remaining, reset = div(tokens, window), ceil_div(full - tokens, rate)
   local needed = cost * window
   if cost > burst then
-    plan.denial = NEVER
+    return 0, remaining, reset, NEVER
   elseif needed > tokens then
-    plan.denial = ceil_div(needed - tokens, rate)
-  else
-    local left = tokens - needed
-    plan.after = quota(left)
-    plan.write = function()
-      redis.call('HSET', key, 't', str(left), 'l', str(last))
-      redis.call('PEXPIRE', key, str(ceil_div(full - left, rate)))
-    end
+    return 0, remaining, reset, ceil_div(needed - tokens, rate)
   end
-  return plan
+  return 1, remaining, reset, -1, tokens - needed, last
+end
+
+local function token_bucket_take(key, rate, window, burst, now_us, cost, left, last)
+  local reset = ceil_div(burst * window - left, rate)
+  redis.call('HSET', key, 't', str(left), 'l', str(last))
+  redis.call('PEXPIRE', key, str(reset))
+  return div(left, window), reset
 end

@@ -83,12 +83,14 @@
 //! - `sentinel`: [`RedisBackend::sentinel`], a Sentinel-managed primary.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-/// The Lua source of the check script that the Redis backend runs with `EVALSHA`: every
-/// algorithm, one entry point. `KEYS`: one key per policy (see [`KeyScheme`]); `ARGV`: the time
-/// in microseconds or empty for Redis `TIME`, the cost, then per policy its algorithm tag,
-/// limit, window in milliseconds and burst. For preloading with `SCRIPT LOAD`, or for measuring
-/// against.
-pub const SCRIPT: &str = backend::script::SOURCE;
+/// The Lua source of the script that the Redis backend runs with `EVALSHA` for a check of several
+/// policies together: every algorithm, one entry point. A check of one policy runs the smaller
+/// [`Algorithm::script`], with the same `KEYS`, `ARGV` and reply. `KEYS`: one key per policy
+/// (see [`KeyScheme`]); `ARGV`: the time in microseconds or empty for Redis `TIME`, the cost, then
+/// per policy its algorithm tag, limit, window in milliseconds and burst. Reply: four integers
+/// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). For preloading
+/// with `SCRIPT LOAD`, or for measuring against.
+pub const SCRIPT: &str = backend::script::SEVERAL;
 
 mod algorithm;
 mod backend;

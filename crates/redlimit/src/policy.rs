@@ -60,6 +60,13 @@ impl Algorithm {
         matches!(self, Self::TokenBucket | Self::Gcra)
     }
 
+    /// The Lua source of the script that the Redis backend runs with `EVALSHA` for a check of
+    /// one policy of this algorithm: only this algorithm's code. `KEYS`, `ARGV` and the reply are
+    /// those of [`SCRIPT`](crate::SCRIPT) for one policy.
+    pub const fn script(self) -> &'static str {
+        crate::backend::script::one_source(self)
+    }
+
     /// The short tag used in Redis key names and as the script's algorithm code.
     pub(crate) const fn tag(self) -> &'static str {
         match self {

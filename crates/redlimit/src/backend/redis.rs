@@ -16,7 +16,7 @@ use deadpool_redis::{
 
 use super::{
     connection::{Conn, Held, Pools},
-    script::{self, Answer, Invocation},
+    script::{self, Answer, Invocation, Scripts},
 };
 use crate::{ConfigError, Error, ErrorKind};
 
@@ -24,8 +24,8 @@ use crate::{ConfigError, Error, ErrorKind};
 /// ([`builder`](Self::builder)), a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`)
 /// or a Sentinel-managed primary ([`sentinel`](Self::sentinel), feature `sentinel`).
 ///
-/// Every check is one `EVALSHA` of one script, so a check of several policies is still one round
-/// trip; a node that lacks the script (`NOSCRIPT`) gets it by `EVAL` in the same retry. A redis-rs
+/// Every check is one `EVALSHA`: of a small script per algorithm for one policy, of one script
+/// with every algorithm for several, so a check of several policies is still one round trip; a node that lacks the script (`NOSCRIPT`) gets it by `EVAL` in the same retry. A redis-rs
 /// multiplexed connection carries any number of concurrent checks, so the backend keeps one
 /// checked out and shares it instead of paying the pool's health-check `PING` on every checkout;
 /// it goes back to the pool for a fresh one only when a command fails or times out. Nothing
@@ -48,7 +48,7 @@ pub struct RedisBackend {
 
 struct Inner {
     pools: Pools,
-    sha1: String,
+    scripts: Scripts,
     budget: Duration,
     shared: Mutex<Shared>,
     /// Lets one check at a time fetch a connection, so a burst of first checks does not check
@@ -128,13 +128,14 @@ impl RedisBackend {
         let inner = &self.inner;
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
+            let script = inner.scripts.of(call.policies);
             let mut reply = call
-                .evalsha(&inner.sha1)
+                .evalsha(script)
                 .query_async::<Vec<i64>>(&mut conn)
                 .await;
             if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
             {
-                reply = call.eval().query_async(&mut conn).await;
+                reply = call.eval(script).query_async(&mut conn).await;
             }
             match reply {
                 Ok(reply) => script::parse(&reply, call.policies.len()),
@@ -142,7 +143,7 @@ impl RedisBackend {
                     if err.is_unrecoverable_error() || err.is_timeout() {
                         self.discard(generation);
                     }
-                    Err(script::error(err))
+                    Err(call.error(err))
                 }
             }
         };
@@ -252,7 +253,7 @@ impl RedisBackendBuilder {
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 pools,
-                sha1: script::sha1(),
+                scripts: Scripts::new(),
                 budget: self.budget,
                 shared: Mutex::default(),
                 connecting: tokio::sync::Mutex::default(),

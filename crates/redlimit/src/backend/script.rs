@@ -1,22 +1,65 @@
-//! The check script: every algorithm's Lua in one script, so a check of several policies is one
-//! `EVALSHA`. The Lua mirrors `crate::algorithm` line for line.
+//! The check scripts: one small script per algorithm for a check of one policy, and one with
+//! every algorithm for several policies together, so any check is one `EVALSHA`. The Lua mirrors
+//! `crate::algorithm` line for line.
 
 use deadpool_redis::redis::{Cmd, RedisError};
 
 use crate::{
-    Error, ErrorKind, Policy,
+    Algorithm, Error, ErrorKind, Policy,
     algorithm::{Denial, View},
     policy::MAX_EXACT,
 };
 
-pub(crate) const SOURCE: &str = concat!(
+/// The script for one policy of an algorithm: the prelude, that algorithm's file, and the entry
+/// for one policy calling its `decide` and `take`.
+macro_rules! one {
+    ($file:literal, $decide:literal, $take:literal) => {
+        concat!(
+            include_str!("../../lua/prelude.lua"),
+            include_str!(concat!("../../lua/", $file)),
+            "local decide, take = ",
+            $decide,
+            ", ",
+            $take,
+            "\n",
+            include_str!("../../lua/one.lua"),
+        )
+    };
+}
+
+/// The Lua source of the script checking one policy of `algorithm`.
+pub(crate) const fn one_source(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::FixedWindow => one!("fixed_window.lua", "fixed_window", "fixed_window_take"),
+        Algorithm::FixedWindowAnchored => one!(
+            "fixed_window.lua",
+            "fixed_window_anchored",
+            "fixed_window_take"
+        ),
+        Algorithm::SlidingWindowLog => one!(
+            "sliding_window_log.lua",
+            "sliding_window_log",
+            "sliding_window_log_take"
+        ),
+        Algorithm::SlidingWindowCounter => one!(
+            "sliding_window_counter.lua",
+            "sliding_window_counter",
+            "sliding_window_counter_take"
+        ),
+        Algorithm::TokenBucket => one!("token_bucket.lua", "token_bucket", "token_bucket_take"),
+        Algorithm::Gcra => one!("gcra.lua", "gcra", "gcra_take"),
+    }
+}
+
+/// The Lua source of the script checking several policies at once.
+pub(crate) const SEVERAL: &str = concat!(
     include_str!("../../lua/prelude.lua"),
     include_str!("../../lua/fixed_window.lua"),
     include_str!("../../lua/sliding_window_log.lua"),
     include_str!("../../lua/sliding_window_counter.lua"),
     include_str!("../../lua/token_bucket.lua"),
     include_str!("../../lua/gcra.lua"),
-    include_str!("../../lua/check.lua"),
+    include_str!("../../lua/several.lua"),
 );
 
 /// The error code a script raises for a key it cannot read.
@@ -29,9 +72,48 @@ pub(crate) struct Answer {
     pub(crate) denial: Option<Denial>,
 }
 
-/// The script's SHA-1, as `EVALSHA` names it.
-pub(crate) fn sha1() -> String {
-    sha1_smol::Sha1::from(SOURCE).digest().to_string()
+/// A script's source and its SHA-1, as `EVALSHA` names it.
+#[derive(Debug)]
+pub(crate) struct Script {
+    source: &'static str,
+    sha1: String,
+}
+
+impl Script {
+    fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            sha1: sha1_smol::Sha1::from(source).digest().to_string(),
+        }
+    }
+}
+
+/// Every script a backend may send, hashed once.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    /// In the order of [`Algorithm::ALL`].
+    one: [Script; Algorithm::ALL.len()],
+    several: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            one: Algorithm::ALL.map(|algorithm| Script::new(one_source(algorithm))),
+            several: Script::new(SEVERAL),
+        }
+    }
+
+    /// The script for a check of `policies`: the lean one for a single policy.
+    pub(crate) fn of(&self, policies: &[Policy]) -> &Script {
+        match policies {
+            [policy] => Algorithm::ALL
+                .iter()
+                .position(|algorithm| *algorithm == policy.algorithm())
+                .map_or(&self.several, |at| &self.one[at]),
+            _ => &self.several,
+        }
+    }
 }
 
 /// One check's `KEYS` and `ARGV`; `now_us` of `None` makes the script read Redis `TIME`.
@@ -44,15 +126,15 @@ pub(crate) struct Invocation<'a> {
 
 impl Invocation<'_> {
     /// `EVALSHA sha …`: the one command of a check at steady state.
-    pub(crate) fn evalsha(&self, sha1: &str) -> Cmd {
-        self.command("EVALSHA", sha1)
+    pub(crate) fn evalsha(&self, script: &Script) -> Cmd {
+        self.command("EVALSHA", &script.sha1)
     }
 
     /// `EVAL source …`: for a node that lacks the script (`NOSCRIPT`: a restart, a flush, a
     /// freshly promoted replica). It runs the check and caches the script on that very node, which
     /// is the one owning the keys.
-    pub(crate) fn eval(&self) -> Cmd {
-        self.command("EVAL", SOURCE)
+    pub(crate) fn eval(&self, script: &Script) -> Cmd {
+        self.command("EVAL", script.source)
     }
 
     fn command(&self, name: &str, script: &str) -> Cmd {
@@ -68,6 +150,34 @@ impl Invocation<'_> {
             cmd.arg(&policy.script_args()[..]);
         }
         cmd
+    }
+
+    /// Classifies a Redis error of this check: corrupt state (the script's own error, or a key
+    /// of the wrong type), a timeout, or a backend failure.
+    pub(crate) fn error(&self, err: RedisError) -> Error {
+        if err.code() == Some(CORRUPT) {
+            let detail = err.detail().unwrap_or_default();
+            let detail = detail.split(" script:").next().unwrap_or(detail).to_owned();
+            return Error::new(
+                ErrorKind::CorruptState,
+                format!("corrupt limiter state: {detail}"),
+            );
+        }
+        if err.code() == Some("WRONGTYPE") {
+            return Error::new(
+                ErrorKind::CorruptState,
+                format!(
+                    "corrupt limiter state: {} holds the wrong type of value",
+                    self.keys.join(" or ")
+                ),
+            );
+        }
+        let kind = if err.is_timeout() {
+            ErrorKind::Timeout
+        } else {
+            ErrorKind::Backend
+        };
+        Error::new(kind, "redis").with_source(err)
     }
 }
 
@@ -107,22 +217,4 @@ pub(crate) fn parse(reply: &[i64], policies: usize) -> Result<Vec<Answer>, Error
             })
         })
         .collect()
-}
-
-/// Classifies a Redis error: the script's corrupt-state error, a timeout, or a backend failure.
-pub(crate) fn error(err: RedisError) -> Error {
-    if err.code() == Some(CORRUPT) {
-        let detail = err.detail().unwrap_or_default();
-        let detail = detail.split(" script:").next().unwrap_or(detail).to_owned();
-        return Error::new(
-            ErrorKind::CorruptState,
-            format!("corrupt limiter state: {detail}"),
-        );
-    }
-    let kind = if err.is_timeout() {
-        ErrorKind::Timeout
-    } else {
-        ErrorKind::Backend
-    };
-    Error::new(kind, "redis").with_source(err)
 }
