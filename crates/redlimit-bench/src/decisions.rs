@@ -16,7 +16,7 @@ use crate::{
 /// The fixed window a user writes by hand: the window's index in the key (from the client's
 /// clock), `INCR`, `EXPIRE` on the first hit, the count back; the caller compares it with the
 /// limit. No Redis clock, nothing kept from the previous window.
-const NAIVE_SCRIPT: &str = "local n = redis.call('INCR', KEYS[1])
+pub(crate) const NAIVE_SCRIPT: &str = "local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 return n";
 
@@ -27,14 +27,16 @@ enum Contender {
         conn: MultiplexedConnection,
         sha1: String,
     },
-    /// redlimit's check script by `EVALSHA` on a plain multiplexed connection, no redlimit:
-    /// what the library adds on the client side.
+    /// redlimit's script for one fixed window by `EVALSHA` on a plain multiplexed connection,
+    /// no redlimit: what the library adds on the client side.
     Raw {
         conn: MultiplexedConnection,
         sha1: String,
     },
-    /// A redlimit limiter.
+    /// A redlimit limiter checking one policy.
     Limiter(Limiter, Policy),
+    /// A redlimit limiter checking several policies together, all or nothing.
+    Limiters(Limiter, Vec<Policy>),
 }
 
 impl Contender {
@@ -76,6 +78,12 @@ impl Contender {
                     .await
                     .expect("redlimit check");
             }
+            Self::Limiters(limiter, policies) => {
+                limiter
+                    .check_all(policies, client, 1)
+                    .await
+                    .expect("redlimit check_all");
+            }
         }
     }
 
@@ -84,6 +92,7 @@ impl Contender {
             Self::Naive { .. } => naive_key(client),
             Self::Raw { .. } => format!("raw:fixed_window:{{{client}}}:fw:60000:100"),
             Self::Limiter(limiter, policy) => limiter.keys().key(policy, client),
+            Self::Limiters(limiter, policies) => limiter.keys().key(&policies[0], client),
         }
     }
 }
@@ -139,6 +148,8 @@ pub(crate) fn bytes_per_key(
 
 /// The baseline's name.
 pub(crate) const NAIVE: &str = "naive_script";
+/// A fixed window of 100 per minute and one of 1 000 per hour checked together.
+pub(crate) const TWO_POLICIES: &str = "fixed_window+per_hour";
 
 pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
     let mut admin = admin(url);
@@ -160,7 +171,7 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
     };
     let raw = Contender::Raw {
         conn,
-        sha1: load(&mut admin, redlimit::SCRIPT),
+        sha1: load(&mut admin, Algorithm::FixedWindow.script()),
     };
     let mut contenders: Vec<(String, Arc<Contender>)> = vec![
         (NAIVE.to_owned(), Arc::new(naive)),
@@ -173,6 +184,19 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
             Arc::new(Contender::Limiter(limiter, policy(algorithm, 100))),
         ));
     }
+    // The common pairing of a short and a long window, in one check.
+    let per_hour = Policy::builder("per_hour", Algorithm::FixedWindow)
+        .limit(1_000)
+        .window(std::time::Duration::from_secs(3_600))
+        .build()
+        .expect("a valid policy");
+    contenders.push((
+        TWO_POLICIES.to_owned(),
+        Arc::new(Contender::Limiters(
+            redis_limiter(url, "bench"),
+            vec![policy(Algorithm::FixedWindow, 100), per_hour],
+        )),
+    ));
     contenders.push((
         "memory".to_owned(),
         Arc::new(Contender::Limiter(

@@ -8,12 +8,14 @@ mod flood;
 mod http;
 mod memory_table;
 mod report;
+mod saturate;
 
 use std::process::ExitCode;
 
 use redlimit_tests::RedisServer;
 
-const USAGE: &str = "usage: redlimit-bench [--mode all|decisions|http|flood|memory] [--redis URL]
+const USAGE: &str =
+    "usage: redlimit-bench [--mode all|decisions|saturate|http|flood|memory] [--redis URL]
   [--decisions N] [--concurrency C] [--keys K] [--rounds R] [--workers W]
 defaults: all modes, N = 200000, C = 64, K = 10000, R = 24 rounds, W = 1 tokio worker,
 limit 100 per 60 s, and a redis-server of its own";
@@ -62,7 +64,9 @@ impl Settings {
                 _ => return Err(format!("unknown option {flag}")),
             }
         }
-        if !["all", "decisions", "http", "flood", "memory"].contains(&settings.mode.as_str()) {
+        if !["all", "decisions", "saturate", "http", "flood", "memory"]
+            .contains(&settings.mode.as_str())
+        {
             return Err(format!("--mode: {:?} is not a mode", settings.mode));
         }
         Ok(settings)
@@ -125,6 +129,20 @@ fn main() -> ExitCode {
             &rows,
             decisions::NAIVE,
         );
+    }
+    if settings.runs("saturate") {
+        if saturate::available() {
+            let rows = saturate::run(&url, &settings);
+            report::print(
+                "saturate (redis-benchmark -c 64 -P 16: each script at Redis saturation)",
+                &rows,
+                decisions::NAIVE,
+            );
+        } else {
+            println!(
+                "\nsaturate: redis-benchmark is not installed (Debian: apt-get install redis-tools)"
+            );
+        }
     }
     if settings.runs("http") {
         let servers = http::start_servers(&server, &url);

@@ -5,7 +5,7 @@
 -- The quota with n counted in the window ending at finish.
 local function window_quota(limit, n, finish, now)
   if n > 0 then
-    return math.max(limit - n, 0), finish - now
+    return max(limit - n, 0), finish - now
   end
   return limit, 0
 end
@@ -42,10 +42,10 @@ end
 local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now)
   local finish = start + window
   if n == 0 then
-    redis.call('HSET', key, 's', str(start), 'n', str(cost))
-    redis.call('PEXPIRE', key, str(finish - now))
+    redis.call('HSET', key, 's', start, 'n', cost)
+    redis.call('PEXPIRE', key, finish - now)
   else
-    redis.call('HINCRBY', key, 'n', str(cost))
+    redis.call('HINCRBY', key, 'n', cost)
   end
   return window_quota(limit, n + cost, finish, now)
 end

@@ -3,13 +3,13 @@
 
 -- The quota when the TAT is tat.
 local function gcra_quota(interval, tolerance, tat, now_us)
-  return div(math.max(tolerance - (tat - now_us), 0), interval), ceil_div(tat - now_us, 1000)
+  return div(max(tolerance - (tat - now_us), 0), interval), ceil_div(tat - now_us, 1000)
 end
 
 local function gcra(key, limit, window, burst, now_us, cost)
   local interval = ceil_div(window * 1000, limit)
   local tolerance = burst * interval
-  local tat = math.max(int(key, redis.call('GET', key)) or now_us, now_us)
+  local tat = max(int(key, redis.call('GET', key)) or now_us, now_us)
   local remaining, reset = gcra_quota(interval, tolerance, tat, now_us)
   local new_tat = tat + cost * interval
   if cost > burst then
@@ -22,6 +22,6 @@ end
 
 local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance)
   local remaining, reset = gcra_quota(interval, tolerance, new_tat, now_us)
-  redis.call('SET', key, str(new_tat), 'PX', str(reset))
+  redis.call('SET', key, new_tat, 'PX', reset)
   return remaining, reset
 end

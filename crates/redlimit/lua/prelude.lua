@@ -8,12 +8,14 @@
 --   take(key, limit, window_ms, burst, now_us, cost, a, b, c) -> remaining, reset (ms) after
 --     consuming cost, which decide admitted.
 --
--- All arithmetic is on integers below 2^53, where Lua's doubles are exact. Numbers are formatted
--- with %d before they reach redis.call, because Lua's own conversion keeps only 14 significant
--- digits. A key of the wrong type fails its redis.call with WRONGTYPE, which the client reports
+-- All arithmetic is on integers below 2^53, where Lua's doubles are exact. redis.call turns a
+-- number argument into its exact decimal (%.17g); Lua's own conversion, as in `..`, keeps only 14
+-- significant digits, so a number joined into a string goes through str first. A key of the wrong type fails its redis.call with WRONGTYPE, which the client reports
 -- as corrupt state: no pcall on the hot path.
 
 local NEVER = -2
+-- Globals read once per script run, not at every use.
+local floor, max, min, match, format = math.floor, math.max, math.min, string.match, string.format
 
 -- Corrupt state is an error, never a decision.
 local function corrupt(key, why)
@@ -25,7 +27,7 @@ local function int(key, value)
   if not value then
     return nil
   end
-  if #value > 16 or not string.match(value, '^%d+$') then
+  if #value > 16 or not match(value, '^%d+$') then
     corrupt(key, 'holds a non-integer value')
   end
   return tonumber(value)
@@ -41,12 +43,12 @@ local function ints(key, reply)
 end
 
 local function str(n)
-  return string.format('%d', n)
+  return format('%d', n)
 end
 
 -- floor(a / b) for integers, corrected in case the double division rounded across an integer.
 local function div(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then

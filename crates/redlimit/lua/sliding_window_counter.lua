@@ -10,7 +10,7 @@ local function counter_quota(limit, window, elapsed, prev, curr)
     reset = window - elapsed
   end
   local estimate = prev * (window - elapsed) + curr * window
-  return div(math.max(limit * window - estimate, 0), window), reset
+  return div(max(limit * window - estimate, 0), window), reset
 end
 
 local function counter_retry(limit, window, elapsed, prev, curr, cost)
@@ -25,7 +25,7 @@ local function counter_retry(limit, window, elapsed, prev, curr, cost)
   -- Otherwise in the next window, where curr becomes the previous count.
   local later = 0
   if curr > 0 then
-    later = math.max(window - div((limit - cost) * window, curr), 0)
+    later = max(window - div((limit - cost) * window, curr), 0)
   end
   return window - elapsed + later
 end
@@ -56,10 +56,10 @@ local function sliding_window_counter_take(key, limit, window, burst, now_us, co
   local elapsed = now - index * window
   if same == 1 then
     -- Same window: the state's deadline (the end of the next window) has not moved.
-    redis.call('HINCRBY', key, 'c', str(cost))
+    redis.call('HINCRBY', key, 'c', cost)
   else
-    redis.call('HSET', key, 'w', str(index), 'p', str(prev), 'c', str(curr + cost))
-    redis.call('PEXPIRE', key, str(2 * window - elapsed))
+    redis.call('HSET', key, 'w', index, 'p', prev, 'c', curr + cost)
+    redis.call('PEXPIRE', key, 2 * window - elapsed)
   end
   return counter_quota(limit, window, elapsed, prev, curr + cost)
 end

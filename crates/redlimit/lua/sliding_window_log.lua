@@ -7,14 +7,14 @@ end
 
 local function sliding_window_log(key, limit, window, burst, now_us, cost)
   local now = div(now_us, 1000)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - window))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   local count = redis.call('ZCARD', key)
   local newest, reset = -1, 0
   if count > 0 then
     newest = log_score(key, redis.call('ZRANGE', key, -1, -1, 'WITHSCORES'))
     reset = newest + window - now
   end
-  local remaining = math.max(limit - count, 0)
+  local remaining = max(limit - count, 0)
   if cost > limit then
     return 0, remaining, reset, NEVER
   elseif count + cost > limit then
@@ -35,14 +35,14 @@ local function sliding_window_log_take(key, limit, window, burst, now_us, cost, 
   local number, added = count, 0
   while added < cost do
     local batch = {}
-    for _ = 1, math.min(cost - added, 500) do
+    for _ = 1, min(cost - added, 500) do
       batch[#batch + 1] = stamp
       batch[#batch + 1] = stamp .. ':' .. str(number)
       number = number + 1
     end
     added = added + redis.call('ZADD', key, unpack(batch))
   end
-  local reset = math.max(newest, now) + window - now
-  redis.call('PEXPIRE', key, str(reset))
+  local reset = max(newest, now) + window - now
+  redis.call('PEXPIRE', key, reset)
   return limit - count - cost, reset
 end

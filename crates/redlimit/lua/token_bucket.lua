@@ -8,12 +8,12 @@ local function token_bucket(key, rate, window, burst, now_us, cost)
   if stored == nil then
     last = now
   else
-    stored = math.min(stored, full)
-    local elapsed = math.max(now - last, 0)
+    stored = min(stored, full)
+    local elapsed = max(now - last, 0)
     if elapsed < ceil_div(full - stored, rate) then
       tokens = stored + elapsed * rate
     end
-    last = math.max(last, now)
+    last = max(last, now)
   end
   local remaining, reset = div(tokens, window), ceil_div(full - tokens, rate)
   local needed = cost * window
@@ -27,7 +27,7 @@ end
 
 local function token_bucket_take(key, rate, window, burst, now_us, cost, left, last)
   local reset = ceil_div(burst * window - left, rate)
-  redis.call('HSET', key, 't', str(left), 'l', str(last))
-  redis.call('PEXPIRE', key, str(reset))
+  redis.call('HSET', key, 't', left, 'l', last)
+  redis.call('PEXPIRE', key, reset)
   return div(left, window), reset
 end

@@ -67,8 +67,8 @@ impl Algorithm {
         crate::backend::script::one_source(self)
     }
 
-    /// The short tag used in Redis key names and as the script's algorithm code.
-    pub(crate) const fn tag(self) -> &'static str {
+    /// The short tag used in Redis key names and as the scripts' algorithm code (`fw`, `gcra`, …).
+    pub const fn tag(self) -> &'static str {
         match self {
             Self::FixedWindow => "fw",
             Self::FixedWindowAnchored => "fwa",
