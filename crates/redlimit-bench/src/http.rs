@@ -12,7 +12,10 @@ use tokio::{
     sync::Mutex,
 };
 use tower::{Layer, Service};
-use tower_redlimit::{HeaderKey, RateLimitLayer};
+use tower_governor::{
+    GovernorError, GovernorLayer, governor::GovernorConfigBuilder, key_extractor::KeyExtractor,
+};
+use tower_redlimit::{HeaderKey, HeaderStyle, RateLimitLayer};
 
 use crate::{
     Settings,
@@ -37,6 +40,22 @@ fn limit(limiter: Limiter) -> RateLimitLayer {
     RateLimitLayer::new(guard).key(HeaderKey::new("x-client").expect("a valid header"))
 }
 
+/// tower_governor's key: the `x-client` header, as the layered contenders use.
+#[derive(Debug, Clone, Copy)]
+struct ClientHeader;
+
+impl KeyExtractor for ClientHeader {
+    type Key = String;
+
+    fn extract<T>(&self, req: &Request<T>) -> Result<Self::Key, GovernorError> {
+        req.headers()
+            .get("x-client")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
 /// Serves the apps on the server runtime; returns their names and addresses.
 ///
 /// `http_memory` and `http_redis` put the layer in front of the router, as a limit on the whole
@@ -55,10 +74,37 @@ pub(crate) fn start_servers(
             serve(server, limit(redis_limiter(url, "http")).layer(hello())),
         ),
         (
+            "http_memory_no_headers",
+            serve(
+                server,
+                limit(memory()).headers(HeaderStyle::None).layer(hello()),
+            ),
+        ),
+        ("http_governor", serve(server, governor(hello()))),
+        (
             "http_memory_routes",
             serve(server, hello().layer(limit(memory()))),
         ),
     ]
+}
+
+/// `app` behind tower_governor with the same limit (100 per 60 s per client: one replenished
+/// every 600 ms, a burst of 100) and its rate-limit headers on (`use_headers`).
+fn governor(
+    app: Router,
+) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send>
++ Clone
++ Send
++ Sync
++ 'static {
+    let config = GovernorConfigBuilder::default()
+        .per_millisecond(600)
+        .burst_size(100)
+        .key_extractor(ClientHeader)
+        .use_headers()
+        .finish()
+        .expect("a valid governor config");
+    GovernorLayer::new(config).layer(app)
 }
 
 fn serve<S>(server: &tokio::runtime::Runtime, app: S) -> SocketAddr
