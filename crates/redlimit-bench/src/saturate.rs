@@ -111,17 +111,22 @@ pub(crate) fn run(url: &str, settings: &Settings) -> Vec<Row> {
     let mut admin = admin(url);
     let (host, port) = host_port(url);
     let contenders = contenders();
+    let sha1s: Vec<String> = contenders
+        .iter()
+        .map(|contender| {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(contender.script)
+                .query(&mut admin)
+                .expect("SCRIPT LOAD")
+        })
+        .collect();
     let mut totals = vec![(0_u64, 0_u64, Duration::ZERO, 0.0_f64, 0_u64); contenders.len()];
     let per_round = (settings.decisions / settings.rounds).max(1_000);
     // A few interleaved rounds: drift on a shared machine touches every contender alike.
     for round in 0..settings.rounds.min(6) {
         for at in crate::drive::round_order(round, contenders.len()) {
             let contender = &contenders[at];
-            let sha1: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(contender.script)
-                .query(&mut admin)
-                .expect("SCRIPT LOAD");
             let before = command_calls(&mut admin);
             let cpu = server_cpu(&mut admin);
             let started = Instant::now();
@@ -129,7 +134,7 @@ pub(crate) fn run(url: &str, settings: &Settings) -> Vec<Row> {
                 .args(["-h", &host, "-p", &port, "-c", "64", "-P", "16", "-q"])
                 .args(["-r", &settings.keys.to_string()])
                 .args(["-n", &per_round.to_string()])
-                .args(["EVALSHA", &sha1])
+                .args(["EVALSHA", &sha1s[at]])
                 .args(&contender.args)
                 .stdout(std::process::Stdio::null())
                 .status()
