@@ -104,6 +104,7 @@ mod key;
 mod key_table;
 mod limiter;
 mod policy;
+mod redact;
 mod timestamp;
 
 pub use self::{
@@ -116,5 +117,6 @@ pub use self::{
     key::KeyScheme,
     limiter::Limiter,
     policy::{Algorithm, Policy, PolicyBuilder},
+    redact::redacted_url,
     timestamp::Timestamp,
 };

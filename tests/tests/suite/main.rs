@@ -13,6 +13,7 @@ mod multi_policy;
 mod parity;
 mod pitfalls;
 mod round_trips;
+mod secrets;
 mod sentinel;
 mod support;
 mod timeouts;

@@ -18,7 +18,7 @@ use super::{
     connection::{Conn, Held, Pools},
     script::{self, Answer, Invocation, Scripts},
 };
-use crate::{ConfigError, Error, ErrorKind};
+use crate::{ConfigError, Error, ErrorKind, redacted_url};
 
 /// The Redis backend, through a deadpool-redis pool: a standalone server
 /// ([`builder`](Self::builder)), a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`)
@@ -72,8 +72,8 @@ impl fmt::Debug for RedisBackend {
     }
 }
 
-/// Where the backend's Redis is.
-#[derive(Debug, Clone)]
+/// Where the backend's Redis is. Its `Debug` shows URLs without their credentials.
+#[derive(Clone)]
 enum Topology {
     Standalone(String),
     #[cfg(feature = "cluster")]
@@ -83,6 +83,33 @@ enum Topology {
         urls: Vec<String>,
         master: String,
     },
+}
+
+impl fmt::Debug for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Standalone(url) => f
+                .debug_tuple("Standalone")
+                .field(&redacted_url(url))
+                .finish(),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(seeds) => f.debug_tuple("Cluster").field(&urls(seeds)).finish(),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel {
+                urls: sentinels,
+                master,
+            } => f
+                .debug_struct("Sentinel")
+                .field("urls", &urls(sentinels))
+                .field("master", master)
+                .finish(),
+        }
+    }
+}
+
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+fn urls(urls: &[String]) -> Vec<String> {
+    urls.iter().map(|url| redacted_url(url)).collect()
 }
 
 impl RedisBackend {

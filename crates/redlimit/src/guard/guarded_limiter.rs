@@ -5,7 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::block_cache::Slot;
+use super::{block_cache::Slot, error_log::ErrorLog};
 use crate::{
     BlockCache, Check, CircuitBreaker, ConfigError, Decision, Decisions, Error, ErrorKind,
     FailurePolicy, Limiter, Policy, Reason, Stats, Timestamp, backend::Started,
@@ -58,6 +58,7 @@ struct Guard {
     /// cache worth their cost (in process, asking the backend is as cheap).
     remote: bool,
     blocks: Option<Arc<BlockCache>>,
+    errors: Arc<ErrorLog>,
 }
 
 impl fmt::Debug for GuardedLimiter {
@@ -108,6 +109,7 @@ impl GuardedLimiter {
                 clock: None,
                 remote,
                 blocks,
+                errors: Arc::default(),
             }),
         })
     }
@@ -253,6 +255,9 @@ impl GuardedLimiter {
     /// The failure policy's answer, after `error` (or with none: the circuit is open).
     fn fail(&self, client: &str, cost: u64, error: Option<Error>) -> Check {
         let guard = &*self.inner;
+        if let Some(error) = &error {
+            guard.errors.report(error, &guard.policies);
+        }
         let local = match &guard.failure {
             FailurePolicy::Open => {
                 let open = guard.policies.iter().map(Decision::fail_open).collect();

@@ -5,6 +5,7 @@
 mod block_cache;
 mod check;
 mod circuit_breaker;
+mod error_log;
 mod failure_policy;
 mod guarded_limiter;
 mod stats;

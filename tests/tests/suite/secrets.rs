@@ -1,0 +1,104 @@
+//! No password in any log line, `Debug` or `Display`; a wrong password is logged, once.
+
+use std::{
+    io::Write,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
+use redlimit_tests::{RedisServer, free_port};
+
+use crate::support::policy;
+
+const RIGHT: &str = "right-pass-7f3a";
+const WRONG: &str = "wrong-pass-91c2";
+
+/// Every log line written while it is the default subscriber.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn assert_secret_free(what: &str, text: &str) {
+    for secret in [RIGHT, WRONG] {
+        assert!(!text.contains(secret), "{what} shows a password: {text}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_wrong_password_is_logged_once_and_no_password_shows_anywhere() {
+    let server = RedisServer::start_with(&["--requirepass", RIGHT]);
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+
+    let url = format!("redis://:{WRONG}@127.0.0.1:{}", server.port());
+    let builder = RedisBackend::builder(&url).budget(Duration::from_secs(5));
+    assert_secret_free("the builder's Debug", &format!("{builder:?}"));
+    let backend = builder.build().expect("a valid url");
+    assert_secret_free("the backend's Debug", &format!("{backend:?}"));
+    let guard = GuardedLimiter::new(
+        Limiter::new(backend),
+        [policy(Algorithm::FixedWindow, 5, 60_000, None)],
+    )
+    .expect("valid")
+    .failure(FailurePolicy::Open)
+    .budget(Duration::from_secs(5));
+    assert_secret_free("the guard's Debug", &format!("{guard:?}"));
+
+    for _ in 0..3 {
+        let decisions = guard.check("client", 1).await;
+        assert!(decisions.allowed(), "fail open answers");
+        assert_eq!(decisions[0].reason, Reason::FailOpen);
+        let error = decisions.error().expect("the backend's error comes along");
+        assert!(
+            error.to_string().contains("authentication failed"),
+            "the error says what failed: {error}"
+        );
+        assert_secret_free("the error", &format!("{error} {error:?}"));
+        assert_secret_free("the decisions", &format!("{decisions:?}"));
+    }
+    let log = logs.text();
+    assert_secret_free("the log", &log);
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("authentication failed"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line for three failing checks: {log}");
+    assert!(lines[0].contains("WARN"), "{log}");
+
+    // A server that is not there: the connection error shows no password either.
+    let nowhere = RedisBackend::builder(format!("redis://user:{WRONG}@127.0.0.1:{}", free_port()))
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("a valid url");
+    let err = Limiter::new(nowhere)
+        .check(&policy(Algorithm::Gcra, 5, 60_000, None), "c", 1)
+        .await
+        .expect_err("nothing listens");
+    assert_secret_free("a connection error", &format!("{err} {err:?}"));
+    assert_secret_free("the log", &logs.text());
+}
