@@ -14,9 +14,9 @@ pub struct Config {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// A standalone Redis to share limits through.
-    pub redis_url: Option<String>,
+    pub redis_url: Option<RedisUrl>,
     /// Seed URLs of a Redis Cluster to share limits through.
-    pub redis_cluster: Option<Vec<String>>,
+    pub redis_cluster: Option<Vec<RedisUrl>>,
     /// Sentinels and the name of the primary they watch.
     pub redis_sentinel: Option<Sentinel>,
     /// Proxy networks whose forwarding headers are believed.
@@ -36,12 +36,37 @@ pub struct Config {
     pub routes: Vec<Route>,
 }
 
+/// A Redis URL from the file. `Debug` and `Display` show it without its credentials
+/// (`redis://***@host:port`), so neither a log line nor an error can leak the password.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct RedisUrl(String);
+
+impl RedisUrl {
+    /// The URL with its credentials, for connecting.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redlimit::redacted_url(&self.0))
+    }
+}
+
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RedisUrl({self})")
+    }
+}
+
 /// The `redis_sentinel` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sentinel {
     /// The sentinels' URLs, such as `redis://127.0.0.1:26379`.
-    pub urls: Vec<String>,
+    pub urls: Vec<RedisUrl>,
     /// The name the sentinels know the primary by.
     pub master: String,
 }
@@ -86,13 +111,13 @@ pub enum Store {
     /// This process only.
     Memory,
     /// A standalone Redis.
-    Redis(String),
+    Redis(RedisUrl),
     /// A Redis Cluster.
-    Cluster(Vec<String>),
+    Cluster(Vec<RedisUrl>),
     /// A Sentinel-managed primary.
     Sentinel {
         /// The sentinels.
-        urls: Vec<String>,
+        urls: Vec<RedisUrl>,
         /// The primary's name.
         master: String,
     },
@@ -205,13 +230,33 @@ impl fmt::Display for ConfigFileError {
 
 impl std::error::Error for ConfigFileError {}
 
+/// A TOML error as its line, the key on that line and the message, without the quoted source line
+/// toml adds, whose value could be a password.
+fn toml_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    let Some(span) = error.span() else {
+        return message.to_owned();
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let number = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+    let line = text[line_start..].lines().next().unwrap_or_default();
+    match line.split_once('=') {
+        Some((key, _)) if !key.trim().is_empty() => {
+            format!("line {number}, {}: {message}", key.trim())
+        }
+        _ => format!("line {number}: {message}"),
+    }
+}
+
 impl Config {
     /// Parses and checks a TOML document.
     ///
     /// # Errors
     /// A message naming the field at fault.
     pub fn parse(text: &str) -> Result<Self, ConfigFileError> {
-        let config: Self = toml::from_str(text).map_err(|e| ConfigFileError(e.to_string()))?;
+        let config: Self =
+            toml::from_str(text).map_err(|e| ConfigFileError(toml_error(text, &e)))?;
         config.validate()?;
         Ok(config)
     }

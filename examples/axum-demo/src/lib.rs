@@ -9,7 +9,7 @@ use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, RedisBackend};
 use tower_redlimit::{ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
 pub use self::config::{Config, ConfigFileError};
-use self::config::{KeyKind, Store};
+use self::config::{KeyKind, RedisUrl, Store};
 
 /// The limiter the configuration asks for: Redis when `redis_url` is set, else memory.
 ///
@@ -18,11 +18,15 @@ use self::config::{KeyKind, Store};
 pub fn limiter(config: &Config) -> Result<Limiter, ConfigFileError> {
     let (builder, field) = match config.store()? {
         Store::Memory => return Ok(Limiter::new(MemoryBackend::default())),
-        Store::Redis(url) => (RedisBackend::builder(url), "redis_url"),
-        Store::Cluster(urls) => (RedisBackend::cluster(urls), "redis_cluster"),
-        Store::Sentinel { urls, master } => {
-            (RedisBackend::sentinel(urls, master), "redis_sentinel")
-        }
+        Store::Redis(url) => (RedisBackend::builder(url.expose()), "redis_url"),
+        Store::Cluster(urls) => (
+            RedisBackend::cluster(urls.iter().map(RedisUrl::expose)),
+            "redis_cluster",
+        ),
+        Store::Sentinel { urls, master } => (
+            RedisBackend::sentinel(urls.iter().map(RedisUrl::expose), master),
+            "redis_sentinel",
+        ),
     };
     let backend = builder
         .budget(config.budget)
@@ -70,15 +74,23 @@ pub fn backend_description(config: &Config) -> String {
         Ok(Store::Cluster(urls)) => {
             format!(
                 "redis cluster via {} (failure policy: {failure})",
-                urls.join(", ")
+                list(&urls)
             )
         }
         Ok(Store::Sentinel { urls, master }) => format!(
             "redis primary {master} via sentinels {} (failure policy: {failure})",
-            urls.join(", ")
+            list(&urls)
         ),
         Ok(Store::Memory) | Err(_) => "in-memory (no Redis configured)".to_owned(),
     }
+}
+
+/// URLs for a banner, credentials hidden.
+fn list(urls: &[RedisUrl]) -> String {
+    urls.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 async fn hello(uri: Uri, decision: Option<Extension<Decision>>) -> String {

@@ -8,7 +8,8 @@ const USAGE: &str = "usage: redlimit-demo [--config FILE]
 
 With no arguments, serves three limited routes on 127.0.0.1:3000 with the in-memory backend.
 FILE is TOML: listen, redis_url | redis_cluster | redis_sentinel, trusted_proxies, failure,
-budget, headers, and [[route]] tables (path, name, algorithm, limit, window, burst, key).";
+budget, headers, and [[route]] tables (path, name, algorithm, limit, window, burst, key).
+Logs go to standard error; RUST_LOG filters them (defaults to info).";
 
 fn load(args: &[String]) -> Result<Config, String> {
     match args {
@@ -23,6 +24,14 @@ fn load(args: &[String]) -> Result<Config, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}");

@@ -15,22 +15,28 @@ struct Demo {
     child: Child,
     address: SocketAddr,
     _config: tempfile_lite::File,
+    /// Everything it printed, both streams.
+    output: tempfile_lite::File,
 }
 
 impl Demo {
     async fn start(config_body: &str) -> Self {
         let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let config = tempfile_lite::File::new(&format!("listen = \"{address}\"\n{config_body}"));
+        let output = tempfile_lite::File::new("");
+        let stdout = std::fs::File::create(output.path()).expect("an output file");
+        let stderr = stdout.try_clone().expect("an output file");
         let child = Command::new(DEMO)
             .args(["--config", config.path()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr))
             .spawn()
             .expect("starting redlimit-demo");
         let demo = Self {
             child,
             address,
             _config: config,
+            output,
         };
         let started = Instant::now();
         while tokio::net::TcpStream::connect(address).await.is_err() {
@@ -41,6 +47,13 @@ impl Demo {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         demo
+    }
+}
+
+impl Demo {
+    /// What it has printed so far.
+    fn output(&self) -> String {
+        std::fs::read_to_string(self.output.path()).expect("the output file")
     }
 }
 
@@ -173,6 +186,33 @@ async fn the_demo_serves_while_its_redis_is_down() {
         statuses,
         [200, 200, 429],
         "the local fallback limits on its own"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_logged_at_the_first_failing_check_and_never_printed() {
+    let (right, wrong) = ("right-pass-5e1d", "wrong-pass-0c4b");
+    let server = RedisServer::start_with(&["--requirepass", right]);
+    let url = format!("redis://:{wrong}@127.0.0.1:{}", server.port());
+    let demo = Demo::start(&format!("redis_url = \"{url}\"\n{}", route("gcra", 2))).await;
+    for _ in 0..3 {
+        let response = http_get(demo.address, "/limited", &[]).await;
+        assert_eq!(response.status, 200, "the failure policy (open) answers");
+    }
+    // The line is written before the failure policy's answer is sent.
+    let output = demo.output();
+    assert!(
+        output.contains(&format!("redis at redis://***@127.0.0.1:{}", server.port())),
+        "the banner hides the password: {output}"
+    );
+    let failures = output
+        .lines()
+        .filter(|line| line.contains("authentication failed"))
+        .count();
+    assert_eq!(failures, 1, "one line for three failing checks: {output}");
+    assert!(
+        !output.contains(wrong) && !output.contains(right),
+        "a password was printed: {output}"
     );
 }
 
