@@ -34,8 +34,8 @@
 //! # What a request meets
 //!
 //! - **A key.** [`ClientIp::peer`] (axum's `ConnectInfo`, tonic's `TcpConnectInfo`),
-//!   [`ClientIp::behind_proxies`] (the rightmost forwarded address that is not a trusted proxy;
-//!   never the leftmost, which the client writes), [`HeaderKey`] (API keys), [`MatchedRoute`]
+//!   [`ClientIp::behind_proxies`] (the rightmost forwarded address that is not a trusted proxy,
+//!   in the one header named by [`ClientIpHeader`]; never the leftmost, which the client writes), [`HeaderKey`] (API keys), [`MatchedRoute`]
 //!   (feature `axum`), [`Global`], [`Both`], or any `Fn(&Parts) -> Option<String>`. A request
 //!   without one follows [`MissingKey`].
 //! - **A check** of all the guard's policies in one round trip. The memory backend, a client the
@@ -83,7 +83,7 @@ pub use self::key::MatchedRoute;
 pub use self::{
     future::ResponseFuture,
     headers::HeaderStyle,
-    key::{Both, ClientIp, Global, HeaderKey, KeyExtractor},
+    key::{Both, ClientIp, ClientIpHeader, Global, HeaderKey, KeyExtractor},
     layer::{MissingKey, RateLimitLayer},
     response::Rejected,
     service::RateLimit,

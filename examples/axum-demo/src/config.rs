@@ -4,7 +4,7 @@ use std::{collections::HashMap, fmt, net::SocketAddr, str::FromStr, time::Durati
 
 use redlimit::{Algorithm, FailurePolicy, Policy};
 use serde::{Deserialize, Deserializer, de::Error as _};
-use tower_redlimit::HeaderStyle;
+use tower_redlimit::{ClientIpHeader, HeaderStyle};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
@@ -22,6 +22,11 @@ pub struct Config {
     /// Proxy networks whose forwarding headers are believed.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    /// The one header those proxies report the client in: `x-forwarded-for`, `forwarded`,
+    /// `x-real-ip`, `cf-connecting-ip`, `fly-client-ip`, `true-client-ip`, …. Defaults to
+    /// `x-forwarded-for`.
+    #[serde(default, deserialize_with = "parsed")]
+    pub client_ip_header: ClientIpHeader,
     /// What to answer when Redis fails. Defaults to `open`.
     #[serde(default)]
     pub failure: Failure,
@@ -459,6 +464,10 @@ mod tests {
             ),
             (one_route("failure = \"maybe\"", "/a"), "failure"),
             (one_route("headers = \"all\"", "/a"), "headers"),
+            (
+                one_route("client_ip_header = \"not a header\"", "/a"),
+                "client_ip_header",
+            ),
             (one_route("budget = \"0s\"", "/a"), "budget"),
             (one_route("listen = \"nowhere\"", "/a"), "listen"),
             ("".to_owned(), "route"),
@@ -478,6 +487,26 @@ mod tests {
         for (text, field) in cases {
             let err = Config::parse(&text).expect_err(&text);
             assert!(err.0.contains(field), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_client_ip_header_is_the_one_named() {
+        let default = Config::parse(&one_route("", "/a")).expect("valid");
+        assert_eq!(default.client_ip_header, ClientIpHeader::XForwardedFor);
+        for (name, header) in [
+            ("forwarded", ClientIpHeader::Forwarded),
+            ("X-Forwarded-For", ClientIpHeader::XForwardedFor),
+            (
+                "cf-connecting-ip",
+                ClientIpHeader::Single(axum::http::HeaderName::from_static("cf-connecting-ip")),
+            ),
+        ] {
+            let text = one_route(&format!("client_ip_header = \"{name}\""), "/a");
+            assert_eq!(
+                Config::parse(&text).expect("valid").client_ip_header,
+                header
+            );
         }
     }
 

@@ -45,7 +45,8 @@ pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
     config.validate()?;
     let limiter = limiter(config)?;
     let client_ip = ClientIp::behind_proxies(&config.trusted_proxies)
-        .map_err(|e| ConfigFileError(format!("trusted_proxies: {e}")))?;
+        .map_err(|e| ConfigFileError(format!("trusted_proxies: {e}")))?
+        .header(config.client_ip_header.clone());
     let mut router = Router::new();
     for route in &config.routes {
         let at = |e: &dyn std::fmt::Display| ConfigFileError(format!("route {}: {e}", route.path));

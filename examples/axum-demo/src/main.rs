@@ -7,8 +7,9 @@ use axum_demo::{Config, app, backend_description};
 const USAGE: &str = "usage: redlimit-demo [--config FILE]
 
 With no arguments, serves three limited routes on 127.0.0.1:3000 with the in-memory backend.
-FILE is TOML: listen, redis_url | redis_cluster | redis_sentinel, trusted_proxies, failure,
-budget, headers, and [[route]] tables (path, name, algorithm, limit, window, burst, key).
+FILE is TOML: listen, redis_url | redis_cluster | redis_sentinel, trusted_proxies,
+client_ip_header, failure, budget, headers, and [[route]] tables (path, name, algorithm, limit,
+window, burst, key).
 Logs go to standard error; RUST_LOG filters them (defaults to info).";
 
 fn load(args: &[String]) -> Result<Config, String> {

@@ -4,22 +4,25 @@ use std::{
 };
 
 use http::{HeaderMap, request::Parts};
+use ipnet::IpNet;
 use redlimit::ConfigError;
 
-use super::KeyExtractor;
+use super::{ClientIpHeader, KeyExtractor};
 
-/// The client's IP address: the peer of the connection, or behind trusted proxies the rightmost
-/// address that is not one of them.
+/// The client's IP address: the peer of the connection, or behind trusted proxies the address
+/// they report in the one header the deployment names ([`ClientIpHeader`]).
 ///
 /// The peer address comes from axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`), tonic's `TcpConnectInfo` (feature
 /// `tonic`), or a plain `SocketAddr` in the request extensions.
 ///
-/// Behind proxies, `Forwarded` (or else `X-Forwarded-For`) is read from the right: each trusted
-/// proxy appends the address it received from, so the first address from the right that is not a
-/// trusted proxy is the client. The leftmost address is never taken on trust: a client can write
-/// anything there. `X-Real-IP` is used only when the peer is trusted and neither header is there.
-/// Headers from an untrusted peer are ignored.
+/// Behind proxies, only the header set with [`header`](Self::header) is read (defaults to
+/// `X-Forwarded-For`), never a fallback: proxies append to one header and pass the others
+/// through, so any other header is whatever the client wrote. A list header (`X-Forwarded-For`,
+/// `Forwarded`) is read from the right: each trusted proxy appends the address it received from,
+/// so the first address from the right that is not a trusted proxy is the client; the leftmost
+/// address is never taken on trust. A single-address header (`X-Real-IP`, `CF-Connecting-IP`, …)
+/// is taken as the trusted proxy wrote it. Headers from an untrusted peer are ignored.
 ///
 /// IPv6 clients are grouped by their /64 network by default, since one host usually holds a
 /// whole /64.
@@ -40,6 +43,7 @@ use super::KeyExtractor;
 #[derive(Debug, Clone)]
 pub struct ClientIp {
     trusted: Vec<IpNet>,
+    header: ClientIpHeader,
     ipv6_prefix: u8,
 }
 
@@ -54,12 +58,13 @@ impl ClientIp {
     pub fn peer() -> Self {
         Self {
             trusted: Vec::new(),
+            header: ClientIpHeader::default(),
             ipv6_prefix: 64,
         }
     }
 
     /// The client behind the proxies in `networks` (CIDRs such as `10.0.0.0/8`, `::1/128`, or
-    /// single addresses).
+    /// single addresses), as they report it in `X-Forwarded-For`; see [`header`](Self::header).
     ///
     /// # Errors
     /// [`ConfigError::UnknownValue`] naming a network that does not parse.
@@ -70,12 +75,21 @@ impl ClientIp {
     {
         let trusted = networks
             .into_iter()
-            .map(|n| IpNet::parse(n.as_ref()))
+            .map(|n| network(n.as_ref()))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             trusted,
-            ipv6_prefix: 64,
+            ..Self::peer()
         })
+    }
+
+    /// The one header the trusted proxies report the client in. Defaults to
+    /// [`ClientIpHeader::XForwardedFor`] (nginx's `$proxy_add_x_forwarded_for`, HAProxy's
+    /// `option forwardfor`, AWS ALB); see [`ClientIpHeader`] for the others.
+    #[must_use]
+    pub fn header(mut self, header: ClientIpHeader) -> Self {
+        self.header = header;
+        self
     }
 
     /// How many leading bits of an IPv6 address identify a client. Defaults to 64; 128 keys
@@ -87,7 +101,7 @@ impl ClientIp {
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
-        self.trusted.iter().any(|net| net.contains(ip))
+        self.trusted.iter().any(|net| net.contains(&ip))
     }
 
     /// The client address, before grouping.
@@ -96,13 +110,16 @@ impl ClientIp {
         if !self.is_trusted(peer) {
             return Some(peer);
         }
-        let chain = forwarded_for(&request.headers).or_else(|| x_forwarded_for(&request.headers));
+        let chain = match &self.header {
+            ClientIpHeader::XForwardedFor => x_forwarded_for(&request.headers),
+            ClientIpHeader::Forwarded => forwarded_for(&request.headers),
+            ClientIpHeader::Single(name) => {
+                let value = request.headers.get(name).and_then(|v| v.to_str().ok());
+                return Some(value.and_then(parse_ip).unwrap_or(peer));
+            }
+        };
         let Some(chain) = chain else {
-            let real = request
-                .headers
-                .get("x-real-ip")
-                .and_then(|v| v.to_str().ok());
-            return Some(real.and_then(parse_ip).unwrap_or(peer));
+            return Some(peer);
         };
         let mut nearest = peer;
         for hop in chain.iter().rev() {
@@ -201,52 +218,15 @@ fn parse_ip(text: &str) -> Option<IpAddr> {
         .map(|ip| IpAddr::V6(ip).to_canonical())
 }
 
-/// An IP network in CIDR notation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct IpNet {
-    address: IpAddr,
-    prefix: u8,
-}
-
-impl IpNet {
-    fn parse(text: &str) -> Result<Self, ConfigError> {
-        let invalid = || ConfigError::UnknownValue {
+/// A trusted network: a CIDR (`10.0.0.0/8`) or a single address.
+fn network(text: &str) -> Result<IpNet, ConfigError> {
+    let text = text.trim();
+    text.parse::<IpNet>()
+        .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| ConfigError::UnknownValue {
             field: "trusted proxy network",
             value: text.to_owned(),
-        };
-        let (address, prefix) = match text.trim().split_once('/') {
-            Some((address, prefix)) => (address, Some(prefix)),
-            None => (text.trim(), None),
-        };
-        let address: IpAddr = address.parse().map_err(|_| invalid())?;
-        let max = if address.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(prefix) => prefix.parse::<u8>().map_err(|_| invalid())?,
-            None => max,
-        };
-        if prefix > max {
-            return Err(invalid());
-        }
-        Ok(Self { address, prefix })
-    }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        match (self.address, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
+        })
 }
 
 #[cfg(test)]
@@ -297,20 +277,54 @@ mod tests {
             "forwarded",
             "for=6.6.6.6, for=\"[2001:db8:1:2::9]:4711\";proto=https, for=10.0.0.9",
         )];
-        assert_eq!(key(&proxies, peer, &forwarded), "2001:db8:1:2::/64");
-        // Forwarded wins over X-Forwarded-For.
-        let both = [forwarded[0], ("x-forwarded-for", "198.51.100.4")];
-        assert_eq!(key(&proxies, peer, &both), "2001:db8:1:2::/64");
-        // X-Real-IP only from a trusted peer, and only without a chain.
+        let rfc = proxies.clone().header(ClientIpHeader::Forwarded);
+        assert_eq!(key(&rfc, peer, &forwarded), "2001:db8:1:2::/64");
+        // X-Real-IP (or any single-address header) only when named, and only from a trusted peer.
+        let real = proxies.clone().header("x-real-ip".parse().expect("valid"));
         assert_eq!(
-            key(&proxies, peer, &[("x-real-ip", "198.51.100.8")]),
+            key(&real, peer, &[("x-real-ip", "198.51.100.8")]),
             "198.51.100.8"
         );
+        assert_eq!(
+            key(&real, "203.0.113.5:1", &[("x-real-ip", "198.51.100.8")]),
+            "203.0.113.5"
+        );
+        assert_eq!(key(&real, peer, &[]), "10.0.0.1", "absent: the peer");
         // All hops trusted: the farthest proxy.
         assert_eq!(
             key(&proxies, peer, &[("x-forwarded-for", "10.9.9.9")]),
             "10.9.9.9"
         );
+    }
+
+    /// Proxies append to one header and pass the client's others through: with one header
+    /// named, the others never change the key.
+    #[test]
+    fn only_the_named_header_is_read() {
+        let peer = "127.0.0.1:443";
+        let xff = ClientIp::behind_proxies(["127.0.0.1/32"]).expect("valid");
+        let rfc = xff.clone().header(ClientIpHeader::Forwarded);
+        for n in 1..=5 {
+            let spoofed_forwarded = format!("for=198.51.100.{n}");
+            let headers = [
+                ("x-forwarded-for", "203.0.113.50"),
+                ("forwarded", spoofed_forwarded.as_str()),
+                ("x-real-ip", "198.51.100.77"),
+            ];
+            assert_eq!(key(&xff, peer, &headers), "203.0.113.50");
+            let spoofed_xff = format!("198.51.100.{n}");
+            let headers = [
+                ("forwarded", "for=203.0.113.60"),
+                ("x-forwarded-for", spoofed_xff.as_str()),
+                ("x-real-ip", "198.51.100.77"),
+            ];
+            assert_eq!(key(&rfc, peer, &headers), "203.0.113.60");
+        }
+        // Without the named header, the peer: never another header.
+        let only_forwarded = [("forwarded", "for=198.51.100.9")];
+        assert_eq!(key(&xff, peer, &only_forwarded), "127.0.0.1");
+        let only_xff = [("x-forwarded-for", "198.51.100.9")];
+        assert_eq!(key(&rfc, peer, &only_xff), "127.0.0.1");
     }
 
     #[test]
@@ -329,11 +343,13 @@ mod tests {
         ] {
             let got = key(&proxies, peer, &[("x-forwarded-for", garbage)]);
             assert_eq!(got, "10.0.0.1", "{garbage:?}");
-            let got = key(&proxies, peer, &[("forwarded", garbage)]);
+            let rfc = proxies.clone().header(ClientIpHeader::Forwarded);
+            let got = key(&rfc, peer, &[("forwarded", garbage)]);
             assert!(!got.is_empty(), "{garbage:?}");
         }
         let hidden = [("forwarded", "for=_hidden, for=unknown")];
-        assert_eq!(key(&proxies, peer, &hidden), "10.0.0.1");
+        let rfc = proxies.clone().header(ClientIpHeader::Forwarded);
+        assert_eq!(key(&rfc, peer, &hidden), "10.0.0.1");
         let behind_garbage = [("x-forwarded-for", "garbage, 10.2.2.2")];
         assert_eq!(key(&proxies, peer, &behind_garbage), "10.2.2.2");
     }
@@ -358,10 +374,13 @@ mod tests {
         for bad in ["10.0.0.0/33", "nope", "::1/129", "10.0.0.0/x"] {
             assert!(ClientIp::behind_proxies([bad]).is_err(), "{bad}");
         }
-        let net = IpNet::parse("10.0.0.0/8").expect("valid");
-        assert!(net.contains("10.255.0.1".parse().expect("ip")));
-        assert!(!net.contains("11.0.0.1".parse().expect("ip")));
-        assert!(!net.contains("::1".parse().expect("ip")));
+        let net = network("10.0.0.0/8").expect("valid");
+        assert!(net.contains(&"10.255.0.1".parse::<IpAddr>().expect("ip")));
+        assert!(!net.contains(&"11.0.0.1".parse::<IpAddr>().expect("ip")));
+        assert!(!net.contains(&"::1".parse::<IpAddr>().expect("ip")));
+        let one = network("192.168.1.1").expect("a single address");
+        assert!(one.contains(&"192.168.1.1".parse::<IpAddr>().expect("ip")));
+        assert!(!one.contains(&"192.168.1.2".parse::<IpAddr>().expect("ip")));
     }
 
     #[test]

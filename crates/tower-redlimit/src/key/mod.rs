@@ -1,5 +1,6 @@
 //! Who is limited: key extractors turn a request into the client key.
 
+mod client_ip_header;
 mod ip;
 #[cfg(feature = "axum")]
 mod route;
@@ -9,9 +10,9 @@ use std::borrow::Cow;
 use http::{HeaderName, request::Parts};
 use redlimit::ConfigError;
 
-pub use self::ip::ClientIp;
 #[cfg(feature = "axum")]
 pub use self::route::MatchedRoute;
+pub use self::{client_ip_header::ClientIpHeader, ip::ClientIp};
 
 /// Turns a request into the key that is limited, or `None` when it has none (see
 /// [`MissingKey`](crate::MissingKey)). The key may borrow from the request, so a header value is
