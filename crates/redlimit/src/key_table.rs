@@ -47,6 +47,18 @@ impl<V: Expiring> KeyTable<V> {
         self.len
     }
 
+    /// Bytes on the heap: the slots, and what `value_heap` says each occupied value holds.
+    #[cfg(test)]
+    pub(crate) fn heap_bytes(&self, value_heap: impl Fn(&V) -> usize) -> usize {
+        let values: usize = self
+            .slots
+            .iter()
+            .filter(|slot| slot.id != 0)
+            .map(|slot| value_heap(&slot.value))
+            .sum();
+        self.slots.capacity() * std::mem::size_of::<Slot<V>>() + values
+    }
+
     /// Where `id` is, or the empty slot where it would go.
     fn probe(&self, id: KeyId) -> Result<usize, usize> {
         debug_assert!(id != 0 && !self.slots.is_empty());

@@ -9,7 +9,7 @@ use std::{convert::Infallible, future::Future, task::Poll, time::Duration};
 use http::{Request, Response, StatusCode};
 use redlimit::{FailurePolicy, GuardedLimiter, Limiter, MemoryBackend, Reason, RedisBackend};
 use tower::{Layer, Service};
-use tower_redlimit::{Global, RateLimit, RateLimitLayer};
+use tower_redlimit::{Global, HeaderKey, RateLimit, RateLimitLayer};
 use tower_test::mock;
 
 type Mock = mock::Mock<Request<()>, Response<String>>;
@@ -74,6 +74,32 @@ async fn readiness_is_the_inner_services() {
         matches!(poll_ready(&mut service), Poll::Ready(Err(_))),
         "its errors too"
     );
+}
+
+#[tokio::test]
+async fn header_keys_that_are_not_utf8_keep_separate_budgets() {
+    let (service, mut handle) = mock::pair();
+    let layer = in_memory(1).key(HeaderKey::new("x-api-key").expect("valid"));
+    let mut service: RateLimit<Mock> = layer.layer(service);
+    // Readiness for every call, the denied one too (the mock counts polls).
+    handle.allow(3);
+    let mut status = |key: &'static [u8]| {
+        let request = Request::builder()
+            .header(
+                "x-api-key",
+                http::HeaderValue::from_bytes(key).expect("valid"),
+            )
+            .body(())
+            .expect("request");
+        assert!(poll_ready(&mut service).is_ready());
+        service.call(request)
+    };
+    let (first, second, again) = (status(b"k\xff"), status(b"k\xfe"), status(b"k\xff"));
+    answer(&mut handle, "one").await;
+    answer(&mut handle, "two").await;
+    assert_eq!(first.await.expect("served").status(), StatusCode::OK);
+    assert_eq!(second.await.expect("served").status(), StatusCode::OK);
+    support::assert_denied(&again.await.expect("answered"));
 }
 
 #[tokio::test]

@@ -259,6 +259,26 @@ mod tests {
     }
 
     #[test]
+    fn a_thousand_blocked_clients_with_60_kb_keys_take_under_2_mb() {
+        let cache = BlockCache::default();
+        let long = "k".repeat(60_000);
+        for i in 0..1_000 {
+            record(&cache, &format!("{long}{i}"), 1, 0, &[denied(60_000)]);
+        }
+        assert_eq!(cache.len(), 1_000);
+        let bytes: usize = cache
+            .shards
+            .iter()
+            .map(|shard| {
+                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard.heap_bytes(|block| block.decisions.capacity() * size_of::<Decision>())
+            })
+            .sum();
+        println!("1,000 blocked clients with 60 KB keys: {bytes} bytes in the block cache");
+        assert!(bytes < 2_000_000, "{bytes} bytes");
+    }
+
+    #[test]
     fn stays_bounded_whatever_the_size_of_the_keys() {
         let cache = BlockCache::new(32);
         let long = "k".repeat(60_000);

@@ -89,13 +89,29 @@ impl HeaderKey {
     }
 }
 
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 impl KeyExtractor for HeaderKey {
     fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         let value = request.headers.get(&self.name)?.as_bytes();
-        // Valid UTF-8 is borrowed as it is; the lossy conversion only runs on the rest.
-        let text = std::str::from_utf8(value)
-            .map_or_else(|_| String::from_utf8_lossy(value), Cow::Borrowed);
-        (!text.is_empty()).then_some(text)
+        if value.is_empty() {
+            return None;
+        }
+        // Valid UTF-8 is borrowed as it is. Other bytes are written out in hex behind a \x01,
+        // which no header value can hold, so two distinct values never share a key (a lossy
+        // decoding would turn `k\xff` and `k\xfe` into the same `k\u{fffd}`).
+        Some(std::str::from_utf8(value).map_or_else(
+            |_| {
+                let mut hex = String::with_capacity(1 + 2 * value.len());
+                hex.push('\u{1}');
+                for byte in value {
+                    hex.push(char::from(HEX[usize::from(byte >> 4)]));
+                    hex.push(char::from(HEX[usize::from(byte & 0xf)]));
+                }
+                Cow::Owned(hex)
+            },
+            Cow::Borrowed,
+        ))
     }
 }
 
@@ -145,6 +161,27 @@ mod tests {
         let empty = parts(http::Request::get("/").header("x-api-key", ""));
         assert_eq!(key.extract(&empty), None);
         assert!(HeaderKey::new("bad header").is_err());
+
+        // Bytes that are not UTF-8 keep distinct values distinct.
+        let raw = |bytes: &'static [u8]| {
+            let value = http::HeaderValue::from_bytes(bytes).expect("a valid header value");
+            key.extract(&parts(http::Request::get("/").header("x-api-key", value)))
+                .expect("a key")
+                .into_owned()
+        };
+        let keys = [
+            raw(b"k\xff"),
+            raw(b"k\xfe"),
+            raw(b"k%ff"),
+            raw(b"k\xef\xbf\xbd"),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(keys[0], "\u{1}6bff");
+        assert_eq!(keys[3], "k\u{fffd}", "valid UTF-8 as it is");
 
         let pair = Both(key, Global);
         assert_eq!(pair.extract(&with).as_deref(), Some("k1|global"));
