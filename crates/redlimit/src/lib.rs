@@ -81,6 +81,10 @@
 //!
 //! - `cluster`: [`RedisBackend::cluster`], a Redis Cluster.
 //! - `sentinel`: [`RedisBackend::sentinel`], a Sentinel-managed primary.
+//! - `tls`: `rediss://` URLs through rustls (the ring provider, the system's roots; no OpenSSL),
+//!   and for a standalone server a private CA
+//!   ([`RedisBackendBuilder::tls_root_ca`]) or a client certificate
+//!   ([`RedisBackendBuilder::tls_client_certificate`]).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The Lua source of the script that the Redis backend runs with `EVALSHA` for a check of several

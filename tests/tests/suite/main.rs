@@ -17,4 +17,5 @@ mod secrets;
 mod sentinel;
 mod support;
 mod timeouts;
+mod tls;
 mod vectors;

@@ -4,6 +4,8 @@ mod connection;
 mod memory;
 mod redis;
 pub(crate) mod script;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 

@@ -113,7 +113,9 @@ fn urls(urls: &[String]) -> Vec<String> {
 }
 
 impl RedisBackend {
-    /// A standalone Redis at `url` (`redis://[user:pass@]host:port[/db]`).
+    /// A standalone Redis at `url` (`redis://[user:pass@]host:port[/db]`, or `rediss://…` over
+    /// TLS with the feature `tls`). User name and password are the ACL's; `Debug` never shows
+    /// them.
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
         RedisBackendBuilder::new(Topology::Standalone(url.into()))
     }
@@ -238,6 +240,8 @@ pub struct RedisBackendBuilder {
     topology: Topology,
     budget: Duration,
     pool_size: usize,
+    #[cfg(feature = "tls")]
+    tls: super::tls::Tls,
 }
 
 impl RedisBackendBuilder {
@@ -246,6 +250,8 @@ impl RedisBackendBuilder {
             topology,
             budget: Duration::from_millis(100),
             pool_size: 4,
+            #[cfg(feature = "tls")]
+            tls: super::tls::Tls::default(),
         }
     }
 
@@ -265,6 +271,28 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Trusts the certificate authority in `pem` (PEM-encoded) instead of the system's roots, for
+    /// a standalone `rediss://` server with a private CA. Defaults to the system's roots.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_ca = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate and key (both PEM-encoded) to a standalone `rediss://`
+    /// server that asks for one (`tls-auth-clients yes`). Defaults to none.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((certificate_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Validates the settings and builds the backend, without connecting.
     ///
     /// # Errors
@@ -276,6 +304,8 @@ impl RedisBackendBuilder {
         if self.pool_size == 0 {
             return Err(ConfigError::Zero { field: "pool_size" });
         }
+        #[cfg(feature = "tls")]
+        super::tls::install_crypto_provider();
         let pools = self.pools()?;
         Ok(RedisBackend {
             inner: Arc::new(Inner {
@@ -313,8 +343,14 @@ impl RedisBackendBuilder {
                 let connection = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.budget))
                     .set_response_timeout(Some(self.budget));
-                let manager = deadpool_redis::Manager::new_with_config(url.as_str(), connection)
-                    .map_err(|e| invalid("redis url")(&e))?;
+                #[cfg(feature = "tls")]
+                let manager = match self.tls.connection_info(url)? {
+                    Some(info) => deadpool_redis::Manager::new_with_config(info, connection),
+                    None => deadpool_redis::Manager::new_with_config(url.as_str(), connection),
+                };
+                #[cfg(not(feature = "tls"))]
+                let manager = deadpool_redis::Manager::new_with_config(url.as_str(), connection);
+                let manager = manager.map_err(|e| invalid("redis url")(&e))?;
                 Pools::Standalone(pool!(deadpool_redis::Pool::builder(manager), "redis url"))
             }
             #[cfg(feature = "cluster")]
