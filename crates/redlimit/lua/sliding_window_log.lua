@@ -7,8 +7,11 @@ end
 
 local function sliding_window_log(key, limit, window, burst, now_us, cost)
   local now = div(now_us, 1000)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  local count = redis.call('ZCARD', key)
+  -- Entries that left the window are skipped here and trimmed only by an admitted check, so
+  -- that a denial or a peek writes nothing and an admission's first write is its ZADD, which
+  -- Redis refuses when it is out of memory.
+  local expired = redis.call('ZCOUNT', key, '-inf', now - window)
+  local count = redis.call('ZCARD', key) - expired
   local newest, reset = -1, 0
   if count > 0 then
     newest = log_score(key, redis.call('ZRANGE', key, -1, -1, 'WITHSCORES'))
@@ -18,15 +21,15 @@ local function sliding_window_log(key, limit, window, burst, now_us, cost)
   if cost > limit then
     return 0, remaining, reset, NEVER
   elseif count + cost > limit then
-    -- The oldest count + cost - limit entries must leave the window first.
-    local leaving = count + cost - limit
-    local last = log_score(key, redis.call('ZRANGE', key, leaving - 1, leaving - 1, 'WITHSCORES'))
+    -- The oldest count + cost - limit entries in the window must leave it first.
+    local rank = expired + count + cost - limit - 1
+    local last = log_score(key, redis.call('ZRANGE', key, rank, rank, 'WITHSCORES'))
     return 0, remaining, reset, last + window - now
   end
-  return 1, remaining, reset, -1, count, newest
+  return 1, remaining, reset, -1, count, newest, expired
 end
 
-local function sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest)
+local function sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest, expired)
   local now = div(now_us, 1000)
   local stamp = str(now)
   -- Members are numbered from the count in the window: at one millisecond that count only
@@ -41,6 +44,9 @@ local function sliding_window_log_take(key, limit, window, burst, now_us, cost, 
       number = number + 1
     end
     added = added + redis.call('ZADD', key, unpack(batch))
+  end
+  if expired > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   end
   local reset = max(newest, now) + window - now
   redis.call('PEXPIRE', key, reset)

@@ -10,6 +10,7 @@ mod layer_axum;
 mod layer_failures;
 mod layer_headers;
 mod multi_policy;
+mod oom;
 mod parity;
 mod pitfalls;
 mod round_trips;

@@ -173,7 +173,8 @@ impl MemoryBackend {
                     },
                     Ok((after, write)) => {
                         if let Some(write) = write {
-                            let expires_at_us = now_us + write.ttl_ms * 1000;
+                            let expires_at_us =
+                                now_us.saturating_add(write.ttl_ms.saturating_mul(1000));
                             shard.write(id, write.update, expires_at_us, now_us);
                         }
                         Answer {
@@ -207,7 +208,7 @@ impl Shard {
             Ok(admitted) => admitted,
         };
         if let Some(write) = write {
-            let expires_at_us = now_us + write.ttl_ms * 1000;
+            let expires_at_us = now_us.saturating_add(write.ttl_ms.saturating_mul(1000));
             match entry {
                 Some(entry) => entry.apply(write.update, expires_at_us, now_us),
                 None => self.insert(id, write.update, expires_at_us, now_us),
