@@ -17,8 +17,9 @@ local function window_decide(key, limit, window, now_us, cost, aligned)
   if aligned then
     fresh = div(now, window) * window
   end
-  if start == nil or (aligned and start ~= fresh)
-    or (not aligned and not (start <= now and now < start + window)) then
+  -- A check stamped before the stored window (a clock that stepped back) counts in it: a fresh
+  -- window there would admit the limit once more.
+  if start == nil or (aligned and start < fresh) or (not aligned and now >= start + window) then
     start, n = fresh, 0
   end
   local finish = start + window

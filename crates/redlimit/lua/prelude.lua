@@ -3,9 +3,9 @@
 --
 -- An algorithm is two functions over plain numbers, so a check builds no closures or plan tables:
 --   decide(key, limit, window_ms, burst, now_us, cost) -> allowed (1/0), remaining, reset (ms),
---     retry (ms: -1 when allowed, -2 when the cost can never pass), then up to three numbers
+--     retry (ms: -1 when allowed, -2 when the cost can never pass), then up to four numbers
 --     that take needs. It writes nothing (the sliding log trims expired entries).
---   take(key, limit, window_ms, burst, now_us, cost, a, b, c) -> remaining, reset (ms) after
+--   take(key, limit, window_ms, burst, now_us, cost, a, b, c, d) -> remaining, reset (ms) after
 --     consuming cost, which decide admitted.
 --
 -- All arithmetic is on integers below 2^53, where Lua's doubles are exact. redis.call turns a

@@ -28,13 +28,13 @@ for i = 1, #KEYS do
   local at = 2 + (i - 1) * 4
   local limit, window, burst = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
   local decide, take = algorithm(ARGV[at + 1])
-  local allowed, remaining, reset, retry, a, b, c =
+  local allowed, remaining, reset, retry, a, b, c, d =
     decide(KEYS[i], limit, window, burst, now_us, cost)
   reply[#reply + 1] = allowed
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
   reply[#reply + 1] = retry
-  kept[i] = { take, limit, window, burst, a, b, c }
+  kept[i] = { take, limit, window, burst, a, b, c, d }
   if allowed == 0 then
     admitted = false
   end
@@ -43,7 +43,7 @@ if admitted and cost > 0 then
   for i = 1, #KEYS do
     local k = kept[i]
     reply[4 * i - 2], reply[4 * i - 1] =
-      k[1](KEYS[i], k[2], k[3], k[4], now_us, cost, k[5], k[6], k[7])
+      k[1](KEYS[i], k[2], k[3], k[4], now_us, cost, k[5], k[6], k[7], k[8])
   end
 end
 return reply

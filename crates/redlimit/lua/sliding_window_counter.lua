@@ -2,12 +2,12 @@
 -- c = current window's count. The estimate prev * (window - elapsed) + curr * window is the
 -- weighted count multiplied by the window, so every comparison is between integers.
 
-local function counter_quota(limit, window, elapsed, prev, curr)
+local function counter_quota(limit, window, elapsed, shift, prev, curr)
   local reset = 0
   if curr > 0 then
-    reset = 2 * window - elapsed
+    reset = shift + 2 * window - elapsed
   elseif prev > 0 then
-    reset = window - elapsed
+    reset = shift + window - elapsed
   end
   local estimate = prev * (window - elapsed) + curr * window
   return div(max(limit * window - estimate, 0), window), reset
@@ -30,36 +30,45 @@ local function counter_retry(limit, window, elapsed, prev, curr, cost)
   return window - elapsed + later
 end
 
+-- Where in which window a check at now counts: a check stamped before the stored window (a
+-- clock that stepped back) is taken at that window's start, where its counts weigh the most;
+-- shift carries every wait back to now.
+local function counter_position(now, window, stored)
+  local index = div(now, window)
+  if stored ~= nil and stored > index then
+    index = stored
+  end
+  local at = max(now, index * window)
+  return index, at - index * window, at - now
+end
+
 local function sliding_window_counter(key, limit, window, burst, now_us, cost)
   local now = div(now_us, 1000)
-  local index = div(now, window)
-  local elapsed = now - index * window
   local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+  local index, elapsed, shift = counter_position(now, window, stored)
   local prev, curr, same = 0, 0, 0
   if stored == index then
     prev, curr, same = p, c, 1
   elseif stored ~= nil and stored + 1 == index then
     prev = c
   end
-  local remaining, reset = counter_quota(limit, window, elapsed, prev, curr)
+  local remaining, reset = counter_quota(limit, window, elapsed, shift, prev, curr)
   if cost > limit then
     return 0, remaining, reset, NEVER
   elseif prev * (window - elapsed) + (curr + cost) * window > limit * window then
-    return 0, remaining, reset, counter_retry(limit, window, elapsed, prev, curr, cost)
+    return 0, remaining, reset, shift + counter_retry(limit, window, elapsed, prev, curr, cost)
   end
-  return 1, remaining, reset, -1, same, prev, curr
+  return 1, remaining, reset, -1, same, prev, curr, stored
 end
 
-local function sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr)
-  local now = div(now_us, 1000)
-  local index = div(now, window)
-  local elapsed = now - index * window
+local function sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr, stored)
+  local index, elapsed, shift = counter_position(div(now_us, 1000), window, stored)
   if same == 1 then
     -- Same window: the state's deadline (the end of the next window) has not moved.
     redis.call('HINCRBY', key, 'c', cost)
   else
     redis.call('HSET', key, 'w', index, 'p', prev, 'c', curr + cost)
-    redis.call('PEXPIRE', key, 2 * window - elapsed)
+    redis.call('PEXPIRE', key, shift + 2 * window - elapsed)
   end
-  return counter_quota(limit, window, elapsed, prev, curr + cost)
+  return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
 end

@@ -15,18 +15,21 @@ local function token_bucket(key, rate, window, burst, now_us, cost)
     end
     last = max(last, now)
   end
-  local remaining, reset = div(tokens, window), ceil_div(full - tokens, rate)
+  -- Refills count from last, which is later than now when time stepped back: every wait starts
+  -- there.
+  local lag = last - now
+  local remaining, reset = div(tokens, window), lag + ceil_div(full - tokens, rate)
   local needed = cost * window
   if cost > burst then
     return 0, remaining, reset, NEVER
   elseif needed > tokens then
-    return 0, remaining, reset, ceil_div(needed - tokens, rate)
+    return 0, remaining, reset, lag + ceil_div(needed - tokens, rate)
   end
-  return 1, remaining, reset, -1, tokens - needed, last
+  return 1, remaining, reset, -1, tokens - needed, last, lag
 end
 
-local function token_bucket_take(key, rate, window, burst, now_us, cost, left, last)
-  local reset = ceil_div(burst * window - left, rate)
+local function token_bucket_take(key, rate, window, burst, now_us, cost, left, last, lag)
+  local reset = lag + ceil_div(burst * window - left, rate)
   redis.call('HSET', key, 't', left, 'l', last)
   redis.call('PEXPIRE', key, reset)
   return div(left, window), reset

@@ -20,9 +20,12 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
         }
         _ => (full, now),
     };
+    // Refills count from `last`, which is later than `now` when time stepped back: every wait
+    // starts there.
+    let lag = last - now;
     let view = |tokens: u64| View {
         remaining: tokens / window,
-        reset_ms: (full - tokens).div_ceil(rate),
+        reset_ms: lag + (full - tokens).div_ceil(rate),
     };
     let before = view(tokens);
     if cost > burst {
@@ -32,13 +35,13 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
     if needed > tokens {
         return Plan::denied(
             before,
-            Denial::RetryAfterMs((needed - tokens).div_ceil(rate)),
+            Denial::RetryAfterMs(lag + (needed - tokens).div_ceil(rate)),
         );
     }
     let tokens = tokens - needed;
     let write = Write {
         update: Update::Replace(State::Bucket { tokens, last }),
-        ttl_ms: (full - tokens).div_ceil(rate),
+        ttl_ms: lag + (full - tokens).div_ceil(rate),
     };
     Plan::admitted(before, view(tokens), write, cost)
 }

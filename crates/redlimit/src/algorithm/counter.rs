@@ -6,8 +6,15 @@ use crate::Policy;
 
 pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) -> Plan {
     let (limit, window) = (policy.limit(), policy.window_ms());
-    let index = now / window;
-    let elapsed = now - index * window;
+    // A check stamped before the stored window (a clock that stepped back) is taken at that
+    // window's start, where its counts weigh the most; `shift` carries every wait back to `now`.
+    let index = match state {
+        Some(&State::Counter { window: w, .. }) => (now / window).max(w),
+        _ => now / window,
+    };
+    let at = now.max(index * window);
+    let shift = at - now;
+    let elapsed = at - index * window;
     let (prev, curr) = match state {
         Some(&State::Counter {
             window: w,
@@ -26,9 +33,9 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
         // The current count weighs on through the next window; the previous one until this
         // window ends.
         reset_ms: if curr > 0 {
-            2 * window - elapsed
+            shift + 2 * window - elapsed
         } else if prev > 0 {
-            window - elapsed
+            shift + window - elapsed
         } else {
             0
         },
@@ -40,7 +47,7 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
     if estimate(curr) + cost * window > capacity {
         return Plan::denied(
             before,
-            Denial::RetryAfterMs(retry_ms(limit, window, elapsed, prev, curr, cost)),
+            Denial::RetryAfterMs(shift + retry_ms(limit, window, elapsed, prev, curr, cost)),
         );
     }
     let curr = curr + cost;
@@ -50,7 +57,7 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
             prev,
             curr,
         }),
-        ttl_ms: 2 * window - elapsed,
+        ttl_ms: shift + 2 * window - elapsed,
     };
     Plan::admitted(before, view(curr), write, cost)
 }

@@ -12,10 +12,11 @@ pub(super) fn plan(
 ) -> Plan {
     let (limit, window) = (policy.limit(), policy.window_ms());
     let fresh_start = if aligned { now - now % window } else { now };
+    // A check stamped before the stored window (a clock that stepped back) counts in it: a
+    // fresh window there would admit the limit once more.
     let (start, count) = match state {
         Some(&State::Window { start, count })
-            if (aligned && start == fresh_start)
-                || (!aligned && start <= now && now < start + window) =>
+            if (aligned && start >= fresh_start) || (!aligned && now < start + window) =>
         {
             (start, count)
         }
