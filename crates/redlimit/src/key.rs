@@ -80,6 +80,16 @@ impl KeyScheme {
     }
 }
 
+impl KeyScheme {
+    /// The Redis Cluster slot of every key of `client`: the CRC16 of its hash tag.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn slot(client: &str) -> u16 {
+        let mut tag = String::with_capacity(client.len() + 1);
+        push_client(&mut tag, client);
+        crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16_384
+    }
+}
+
 fn push_client(out: &mut String, client: &str) {
     // An empty hash tag would make Redis hash the whole key; `%` alone is never an escape.
     if client.is_empty() {
@@ -104,6 +114,15 @@ fn push_client(out: &mut String, client: &str) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    #[cfg(feature = "cluster")]
+    fn the_slot_is_redis_clusters() {
+        // `CLUSTER KEYSLOT foo` and `CLUSTER KEYSLOT bar` on a real server.
+        assert_eq!(KeyScheme::slot("foo"), 12_182);
+        assert_eq!(KeyScheme::slot("bar"), 5_061);
+    }
+
     use std::time::Duration;
 
     use super::*;

@@ -1,9 +1,15 @@
 //! The same limiter on a real Redis Cluster (3 primaries, 3 replicas).
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use deadpool_redis::redis;
-use redlimit::{Algorithm, Limiter, RedisBackend};
+use redlimit::{Algorithm, Limiter, Reason, RedisBackend};
 use redlimit_tests::RedisCluster;
 
 use crate::{
@@ -87,15 +93,58 @@ async fn a_killed_primary_is_replaced_and_no_check_hangs() {
     let guard = guarded(limiter(&cluster));
     let key = guard.limiter().keys().key(&guard.policies()[0], "hot");
     let old = cluster.primary_of(&key).expect("a primary serves the key");
+    // Clients whose keys live on the other primaries.
+    let healthy: Vec<String> = (0..200)
+        .map(|i| format!("healthy-{i}"))
+        .filter(|client| {
+            let key = guard.limiter().keys().key(&guard.policies()[0], client);
+            cluster.primary_of(&key).is_some_and(|port| port != old)
+        })
+        .take(20)
+        .collect();
+    assert_eq!(healthy.len(), 20);
+    let replacing = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let bystanders = {
+        let (guard, replacing, done) = (guard.clone(), Arc::clone(&replacing), Arc::clone(&done));
+        tokio::spawn(async move {
+            let (mut redis, mut all) = (0_u64, 0_u64);
+            while !done.load(Ordering::SeqCst) {
+                for client in &healthy {
+                    let during = replacing.load(Ordering::SeqCst);
+                    let decided = guard.check(client, 1).await;
+                    if during && replacing.load(Ordering::SeqCst) {
+                        all += 1;
+                        redis += u64::from(decided[0].reason == Reason::Redis);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (redis, all)
+        })
+    };
+    let flag = Arc::clone(&replacing);
     let (seen, cluster) = checks_through_failover(guard, "hot", move || {
         let mut cluster = cluster;
+        flag.store(true, Ordering::SeqCst);
         cluster.kill(old);
         let new = cluster.wait_for_new_primary(&key, old);
+        flag.store(false, Ordering::SeqCst);
         assert_ne!(new, old);
         cluster
     })
     .await;
+    done.store(true, Ordering::SeqCst);
+    let (redis, all) = bystanders.await.expect("the bystanders' task");
     println!("cluster failover: {seen:?}");
+    let share = redis as f64 / all.max(1) as f64;
+    println!(
+        "while the dead primary was replaced: {redis} of {all} checks for keys on the healthy \
+         primaries decided by Redis ({:.1}%)",
+        share * 100.0
+    );
     assert_survived(&seen, "cluster");
+    assert!(all > 0, "checks ran during the failover");
+    assert!(share >= 0.9, "{redis} of {all} decided by Redis");
     drop(cluster);
 }

@@ -35,6 +35,17 @@ pub(crate) enum Conn {
 }
 
 impl Pools {
+    /// Whether the keys are spread over the nodes of a Cluster.
+    pub(crate) const fn is_cluster(&self) -> bool {
+        match self {
+            Self::Standalone(_) => false,
+            #[cfg(feature = "cluster")]
+            Self::Cluster(_) => true,
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(_) => false,
+        }
+    }
+
     pub(crate) fn status(&self) -> deadpool_redis::Status {
         match self {
             Self::Standalone(pool) => pool.status(),

@@ -101,6 +101,11 @@ impl Backend {
         matches!(self, Self::Redis(_))
     }
 
+    /// Whether the backend is a Redis Cluster, where one node can fail alone.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Redis(redis) if redis.is_cluster())
+    }
+
     /// Begins a check of `policies` (valid: not empty, no name twice) for `client`. In process
     /// it is decided here; on Redis the returned future sends it when first polled.
     pub(crate) fn start<P: Policies + ?Sized>(

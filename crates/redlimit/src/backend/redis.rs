@@ -153,6 +153,11 @@ impl RedisBackend {
         self.inner.budget
     }
 
+    /// Whether this is a Redis Cluster, whose keys live on several primaries.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.pools.is_cluster()
+    }
+
     pub(crate) async fn check(&self, call: Invocation<'_>) -> Result<Vec<Answer>, Error> {
         let inner = &self.inner;
         let attempt = async {

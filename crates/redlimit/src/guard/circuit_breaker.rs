@@ -39,6 +39,11 @@ impl CircuitBreaker {
         }
     }
 
+    /// A closed breaker with the same settings.
+    pub(crate) fn fresh(&self) -> Self {
+        Self::new(self.threshold, self.cooldown)
+    }
+
     /// How long the circuit stays open.
     pub fn cooldown(&self) -> Duration {
         self.cooldown

@@ -50,7 +50,9 @@ struct Guard {
     /// The largest cost every policy can grant: a larger one is "never", which the backend says.
     capacity: u64,
     failure: FailurePolicy,
-    breaker: Arc<CircuitBreaker>,
+    /// One circuit, or on a Cluster one per range of slots, so that a dead primary sends only
+    /// its own keys to the failure policy.
+    breakers: Arc<[CircuitBreaker]>,
     budget: Duration,
     stats: Arc<Stats>,
     clock: Option<Clock>,
@@ -68,7 +70,10 @@ impl fmt::Debug for GuardedLimiter {
             .field("policies", &guard.policies)
             .field("failure", &guard.failure)
             .field("budget", &guard.budget)
-            .field("circuit_open", &guard.breaker.is_open())
+            .field(
+                "circuit_open",
+                &guard.breakers.iter().any(CircuitBreaker::is_open),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -97,13 +102,14 @@ impl GuardedLimiter {
         let capacity = policies.iter().map(Policy::capacity).min().unwrap_or(0);
         let remote = limiter.backend().is_remote();
         let blocks = remote.then(|| Arc::new(BlockCache::default()));
+        let breakers = breakers(&limiter, &CircuitBreaker::default());
         Ok(Self {
             inner: Arc::new(Guard {
                 limiter,
                 policies,
                 capacity,
                 failure: FailurePolicy::Open,
-                breaker: Arc::default(),
+                breakers,
                 budget: Duration::from_millis(50),
                 stats: Arc::default(),
                 clock: None,
@@ -137,7 +143,8 @@ impl GuardedLimiter {
     /// The circuit breaker. Defaults to [`CircuitBreaker::default`].
     #[must_use]
     pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
-        self.settings().breaker = Arc::new(breaker);
+        let guard = self.settings();
+        guard.breakers = breakers(&guard.limiter, &breaker);
         self
     }
 
@@ -174,9 +181,9 @@ impl GuardedLimiter {
         &self.inner.stats
     }
 
-    /// The circuit breaker.
+    /// The circuit breaker; on a Cluster, that of the first of its ranges of slots.
     pub fn breaker(&self) -> &CircuitBreaker {
-        &self.inner.breaker
+        &self.inner.breakers[0]
     }
 
     /// The block cache, if there is one.
@@ -204,7 +211,7 @@ impl GuardedLimiter {
             block = Some((slot, sent_us));
         }
         // An open circuit answers before a check is even begun.
-        if guard.remote && !guard.breaker.permit() {
+        if guard.remote && !guard.breaker(client).permit() {
             return self.fail(client, cost, None);
         }
         let now = guard.clock.as_ref().map(|clock| clock());
@@ -237,7 +244,7 @@ impl GuardedLimiter {
         let guard = &*self.inner;
         match answer {
             Ok(decisions) => {
-                guard.breaker.record(true);
+                guard.breaker(client).record(true);
                 if let (Some(blocks), Some((slot, sent_us))) = (&guard.blocks, &block) {
                     blocks.record(slot, cost, *sent_us, &decisions);
                 }
@@ -245,7 +252,7 @@ impl GuardedLimiter {
             }
             Err(error) => {
                 // One client's corrupt key says nothing about the backend's health.
-                guard.breaker.record(error.is_corrupt_state());
+                guard.breaker(client).record(error.is_corrupt_state());
                 guard.stats.count_failed(error.kind());
                 self.fail(client, cost, Some(error)).await
             }
@@ -279,7 +286,38 @@ impl GuardedLimiter {
     }
 }
 
+/// Ranges of Redis Cluster slots with a circuit each: a Cluster has at most this many primaries
+/// worth telling apart, and a primary's slots are usually one contiguous range.
+#[cfg(feature = "cluster")]
+const SLOT_RANGES: usize = 64;
+
+fn breakers(limiter: &Limiter, settings: &CircuitBreaker) -> Arc<[CircuitBreaker]> {
+    #[cfg(feature = "cluster")]
+    let ranges = if limiter.backend().is_cluster() {
+        SLOT_RANGES
+    } else {
+        1
+    };
+    #[cfg(not(feature = "cluster"))]
+    let ranges = {
+        let _ = limiter;
+        1
+    };
+    (0..ranges).map(|_| settings.fresh()).collect()
+}
+
 impl Guard {
+    /// The circuit that `client`'s keys answer to.
+    fn breaker(&self, client: &str) -> &CircuitBreaker {
+        #[cfg(feature = "cluster")]
+        if self.breakers.len() > 1 {
+            let slot = usize::from(crate::KeyScheme::slot(client));
+            return &self.breakers[slot * self.breakers.len() / 16_384];
+        }
+        let _ = client;
+        &self.breakers[0]
+    }
+
     async fn within_budget(
         &self,
         answer: impl Future<Output = Result<Decisions, Error>>,
@@ -316,7 +354,7 @@ impl Guard {
     }
 
     fn closed(&self) -> Decisions {
-        let retry = self.breaker.cooldown().max(Duration::from_secs(1));
+        let retry = self.breakers[0].cooldown().max(Duration::from_secs(1));
         let closed = self
             .policies
             .iter()
