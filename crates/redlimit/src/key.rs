@@ -1,4 +1,4 @@
-use std::fmt::Write as _;
+use std::{fmt, fmt::Write as _, sync::Arc};
 
 use crate::{ConfigError, Policy, config_error::validate_name, policy::fingerprint};
 
@@ -26,12 +26,58 @@ const MAX_KEY_LEN: usize = 128;
 ///     .build()?;
 /// assert_eq!(scheme.key(&policy, "10.0.0.1"), "myapp:api:{10.0.0.1}:fw:60000:100");
 /// assert_eq!(scheme.key(&policy, "a}b c"), "myapp:api:{a%7Db%20c}:fw:60000:100");
+///
+/// // API keys are secrets: keep only a keyed hash of them in Redis.
+/// let hashed = KeyScheme::new("myapp")?.hash_clients(b"a secret every instance shares");
+/// assert!(!hashed.key(&policy, "sk_live_123").contains("sk_live_123"));
 /// # Ok::<(), redlimit::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct KeyScheme {
     prefix: String,
     fingerprint: u128,
+    hash: Option<Arc<HmacKey>>,
+}
+
+impl fmt::Debug for KeyScheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyScheme")
+            .field("prefix", &self.prefix)
+            .field("hash_clients", &self.hash.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An HMAC-SHA1 key, its two pads computed once (RFC 2104).
+#[derive(Clone, PartialEq, Eq)]
+struct HmacKey {
+    inner: [u8; 64],
+    outer: [u8; 64],
+}
+
+impl HmacKey {
+    fn new(secret: &[u8]) -> Self {
+        let mut key = [0_u8; 64];
+        if secret.len() > key.len() {
+            key[..20].copy_from_slice(&sha1_smol::Sha1::from(secret).digest().bytes());
+        } else {
+            key[..secret.len()].copy_from_slice(secret);
+        }
+        Self {
+            inner: key.map(|b| b ^ 0x36),
+            outer: key.map(|b| b ^ 0x5c),
+        }
+    }
+
+    fn mac(&self, message: &[u8]) -> [u8; 20] {
+        let mut inner = sha1_smol::Sha1::new();
+        inner.update(&self.inner);
+        inner.update(message);
+        let mut outer = sha1_smol::Sha1::new();
+        outer.update(&self.outer);
+        outer.update(&inner.digest().bytes());
+        outer.digest().bytes()
+    }
 }
 
 impl Default for KeyScheme {
@@ -56,7 +102,18 @@ impl KeyScheme {
         Self {
             fingerprint: fingerprint(&[&prefix]),
             prefix,
+            hash: None,
         }
+    }
+
+    /// Keeps each client identifier in Redis as its HMAC-SHA1 under `secret` (40 hex digits),
+    /// never as text: API keys and addresses do not show in key names, `SCAN`, `MONITOR`, slow
+    /// logs or backups. Every instance sharing the Redis must use the same secret, or they keep
+    /// separate counts. Defaults to the escaped text, which `redis-cli` shows as it is.
+    #[must_use]
+    pub fn hash_clients(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.hash = Some(Arc::new(HmacKey::new(secret.as_ref())));
+        self
     }
 
     /// A fingerprint of the prefix, for the memory backend's key ids.
@@ -73,7 +130,7 @@ impl KeyScheme {
         key.push(':');
         key.push_str(name);
         key.push_str(":{");
-        push_client(&mut key, client);
+        self.push_tag(&mut key, client);
         key.push_str("}:");
         key.push_str(suffix);
         key
@@ -81,11 +138,23 @@ impl KeyScheme {
 }
 
 impl KeyScheme {
+    /// `client` as it stands in the hash tag: escaped text, or its keyed hash.
+    fn push_tag(&self, out: &mut String, client: &str) {
+        match &self.hash {
+            Some(key) => {
+                for byte in key.mac(client.as_bytes()) {
+                    let _ = write!(out, "{byte:02x}");
+                }
+            }
+            None => push_client(out, client),
+        }
+    }
+
     /// The Redis Cluster slot of every key of `client`: the CRC16 of its hash tag.
     #[cfg(feature = "cluster")]
-    pub(crate) fn slot(client: &str) -> u16 {
+    pub(crate) fn slot(&self, client: &str) -> u16 {
         let mut tag = String::with_capacity(client.len() + 1);
-        push_client(&mut tag, client);
+        self.push_tag(&mut tag, client);
         crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16_384
     }
 }
@@ -119,8 +188,31 @@ mod tests {
     #[cfg(feature = "cluster")]
     fn the_slot_is_redis_clusters() {
         // `CLUSTER KEYSLOT foo` and `CLUSTER KEYSLOT bar` on a real server.
-        assert_eq!(KeyScheme::slot("foo"), 12_182);
-        assert_eq!(KeyScheme::slot("bar"), 5_061);
+        assert_eq!(KeyScheme::default().slot("foo"), 12_182);
+        assert_eq!(KeyScheme::default().slot("bar"), 5_061);
+    }
+
+    #[test]
+    fn hashed_clients_are_hmac_sha1_and_never_the_text() {
+        // RFC 2202, test case 1.
+        let key = HmacKey::new(&[0x0b; 20]);
+        let mac: String = key.mac(b"Hi There").iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(mac, "b617318655057264e28bc0b6fb378c8ef146be00");
+        let policy = crate::Policy::builder("p", crate::Algorithm::Gcra)
+            .limit(1)
+            .window(std::time::Duration::from_secs(1))
+            .build()
+            .expect("valid");
+        let (a, b) = (
+            KeyScheme::default().hash_clients("one"),
+            KeyScheme::default().hash_clients("two"),
+        );
+        let key = a.key(&policy, "sk_live_123");
+        assert!(!key.contains("sk_live_123"), "{key}");
+        assert_eq!(key, a.key(&policy, "sk_live_123"), "the same secret, the same key");
+        assert_ne!(key, b.key(&policy, "sk_live_123"), "another secret, another key");
+        assert_ne!(key, a.key(&policy, "sk_live_124"));
+        assert!(!format!("{a:?}").contains("one"));
     }
 
     use std::time::Duration;

@@ -56,6 +56,15 @@ impl Limiter {
         })
     }
 
+    /// A limiter on `backend` with the key scheme `keys`, such as one that
+    /// [hashes client identifiers](KeyScheme::hash_clients).
+    pub fn with_keys(backend: impl Into<Backend>, keys: KeyScheme) -> Self {
+        Self {
+            backend: backend.into(),
+            keys,
+        }
+    }
+
     /// The backend.
     pub fn backend(&self) -> &Backend {
         &self.backend

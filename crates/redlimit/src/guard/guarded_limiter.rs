@@ -311,7 +311,7 @@ impl Guard {
     fn breaker(&self, client: &str) -> &CircuitBreaker {
         #[cfg(feature = "cluster")]
         if self.breakers.len() > 1 {
-            let slot = usize::from(crate::KeyScheme::slot(client));
+            let slot = usize::from(self.limiter.keys().slot(client));
             return &self.breakers[slot * self.breakers.len() / 16_384];
         }
         let _ = client;
