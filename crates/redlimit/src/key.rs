@@ -196,7 +196,11 @@ mod tests {
     fn hashed_clients_are_hmac_sha1_and_never_the_text() {
         // RFC 2202, test case 1.
         let key = HmacKey::new(&[0x0b; 20]);
-        let mac: String = key.mac(b"Hi There").iter().map(|b| format!("{b:02x}")).collect();
+        let mac: String = key
+            .mac(b"Hi There")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         assert_eq!(mac, "b617318655057264e28bc0b6fb378c8ef146be00");
         let policy = crate::Policy::builder("p", crate::Algorithm::Gcra)
             .limit(1)
@@ -209,8 +213,16 @@ mod tests {
         );
         let key = a.key(&policy, "sk_live_123");
         assert!(!key.contains("sk_live_123"), "{key}");
-        assert_eq!(key, a.key(&policy, "sk_live_123"), "the same secret, the same key");
-        assert_ne!(key, b.key(&policy, "sk_live_123"), "another secret, another key");
+        assert_eq!(
+            key,
+            a.key(&policy, "sk_live_123"),
+            "the same secret, the same key"
+        );
+        assert_ne!(
+            key,
+            b.key(&policy, "sk_live_123"),
+            "another secret, another key"
+        );
         assert_ne!(key, a.key(&policy, "sk_live_124"));
         assert!(!format!("{a:?}").contains("one"));
     }

@@ -126,3 +126,38 @@ async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
         );
     }
 }
+
+#[tokio::test]
+async fn opted_in_corrupt_state_is_deleted_counted_and_checked_again() {
+    let server = RedisServer::start();
+    let backend = redlimit::RedisBackend::builder(server.url())
+        .repair_corrupt_state(true)
+        .budget(std::time::Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let limiter = redlimit::Limiter::new(backend.clone());
+    let mut connection = server.connection();
+    let mut spoiled = 0;
+    for algorithm in Algorithm::ALL {
+        let p = policy(algorithm, 10, 60_000, None);
+        let key = limiter.keys().key(&p, "victim");
+        for spoil in spoilers(algorithm, &key) {
+            let _: () = redis::cmd("DEL")
+                .arg(&key)
+                .query(&mut connection)
+                .expect("DEL");
+            let _: redis::Value = spoil.query(&mut connection).expect("spoiling");
+            spoiled += 1;
+            let decision = limiter
+                .check_at(&p, "victim", 1, at_ms(T0 + 10))
+                .await
+                .expect("repaired, then decided");
+            assert!(decision.allowed, "{algorithm}: fresh state admits");
+            assert_eq!(
+                decision.remaining, 9,
+                "{algorithm}: one request on fresh state"
+            );
+        }
+    }
+    assert_eq!(backend.repairs(), spoiled, "one repair per spoiled key");
+}

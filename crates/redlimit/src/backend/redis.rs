@@ -3,14 +3,18 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
 use deadpool_redis::{
     Runtime,
     redis::{
-        AsyncConnectionConfig, ErrorKind as RedisErrorKind, ServerErrorKind, aio::ConnectionLike,
+        AsyncConnectionConfig, ErrorKind as RedisErrorKind, RedisError, ServerErrorKind,
+        aio::ConnectionLike,
     },
 };
 
@@ -50,6 +54,9 @@ struct Inner {
     pools: Pools,
     scripts: Scripts,
     budget: Duration,
+    /// Whether corrupt state is deleted and the check run again, and how often it was.
+    repair: bool,
+    repairs: AtomicU64,
     shared: Mutex<Shared>,
     /// Lets one check at a time fetch a connection, so a burst of first checks does not check
     /// out (and then recycle, with a `PING` each) a connection apiece.
@@ -162,14 +169,21 @@ impl RedisBackend {
         let inner = &self.inner;
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
-            let script = inner.scripts.of(call.policies);
-            let mut reply = call
-                .evalsha(script)
-                .query_async::<Vec<i64>>(&mut conn)
-                .await;
-            if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
-            {
-                reply = call.eval(script).query_async(&mut conn).await;
+            let mut reply = self.run(&call, &mut conn).await;
+            if inner.repair && matches!(&reply, Err(err) if call.error_is_corrupt(err)) {
+                // Opted in: what cannot be read is deleted, and the check starts over.
+                let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
+                    .arg(call.keys)
+                    .query_async(&mut conn)
+                    .await;
+                if deleted.is_ok() {
+                    inner.repairs.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        target: "redlimit",
+                        "deleted a client's corrupt limiter state and checked again"
+                    );
+                    reply = self.run(&call, &mut conn).await;
+                }
             }
             match reply {
                 Ok(reply) => script::parse(&reply, call.policies.len()),
@@ -196,6 +210,26 @@ impl RedisBackend {
                 ))
             }
         }
+    }
+
+    /// How many times corrupt state was deleted; see [`RedisBackendBuilder::repair_corrupt_state`].
+    pub fn repairs(&self) -> u64 {
+        self.inner.repairs.load(Ordering::Relaxed)
+    }
+
+    /// The check's script by `EVALSHA`, or by `EVAL` on a node that lacks it.
+    async fn run(
+        &self,
+        call: &Invocation<'_>,
+        conn: &mut (impl ConnectionLike + Send),
+    ) -> Result<Vec<i64>, RedisError> {
+        let script = self.inner.scripts.of(call.policies);
+        let reply = call.evalsha(script).query_async::<Vec<i64>>(conn).await;
+        if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
+        {
+            return call.eval(script).query_async(conn).await;
+        }
+        reply
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
@@ -245,6 +279,7 @@ pub struct RedisBackendBuilder {
     topology: Topology,
     budget: Duration,
     pool_size: usize,
+    repair: bool,
     #[cfg(feature = "tls")]
     tls: super::tls::Tls,
 }
@@ -255,6 +290,7 @@ impl RedisBackendBuilder {
             topology,
             budget: Duration::from_millis(100),
             pool_size: 4,
+            repair: false,
             #[cfg(feature = "tls")]
             tls: super::tls::Tls::default(),
         }
@@ -298,6 +334,16 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Whether a key that cannot be read (the wrong type, a value redlimit never writes) is
+    /// deleted and the check run again on fresh state, logged at `warn` and counted in
+    /// [`RedisBackend::repairs`]. Defaults to `false`: corrupt state is an
+    /// [`ErrorKind::CorruptState`] error, so that nothing someone else stored is deleted; with
+    /// fail open that client is unlimited until the key is fixed, with fail closed locked out.
+    pub fn repair_corrupt_state(mut self, repair: bool) -> Self {
+        self.repair = repair;
+        self
+    }
+
     /// Validates the settings and builds the backend, without connecting.
     ///
     /// # Errors
@@ -317,6 +363,8 @@ impl RedisBackendBuilder {
                 pools,
                 scripts: Scripts::new(),
                 budget: self.budget,
+                repair: self.repair,
+                repairs: AtomicU64::new(0),
                 shared: Mutex::default(),
                 connecting: tokio::sync::Mutex::default(),
             }),

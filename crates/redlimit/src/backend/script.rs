@@ -64,6 +64,8 @@ pub(crate) const SEVERAL: &str = concat!(
 
 /// The error code a script raises for a key it cannot read.
 const CORRUPT: &str = "REDLIMIT_CORRUPT";
+/// Redis's error code for a command on a key of another type.
+const WRONGTYPE: &str = "WRONGTYPE";
 
 /// One policy's answer from the script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +154,11 @@ impl Invocation<'_> {
         cmd
     }
 
+    /// Whether `err` says a key of this check holds corrupt state.
+    pub(crate) fn error_is_corrupt(&self, err: &RedisError) -> bool {
+        matches!(err.code(), Some(CORRUPT | WRONGTYPE))
+    }
+
     /// Classifies a Redis error of this check: corrupt state (the script's own error, or a key
     /// of the wrong type), a timeout, or a backend failure.
     pub(crate) fn error(&self, err: RedisError) -> Error {
@@ -163,7 +170,7 @@ impl Invocation<'_> {
                 format!("corrupt limiter state: {detail}"),
             );
         }
-        if err.code() == Some("WRONGTYPE") {
+        if err.code() == Some(WRONGTYPE) {
             return Error::new(
                 ErrorKind::CorruptState,
                 format!(
