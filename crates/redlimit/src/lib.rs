@@ -96,6 +96,9 @@
 /// with `SCRIPT LOAD`, or for measuring against.
 pub const SCRIPT: &str = backend::script::SEVERAL;
 
+/// The deadpool-redis this crate is built with, for [`RedisBackend::from_pool`].
+pub use deadpool_redis;
+
 mod algorithm;
 mod backend;
 mod client_id;

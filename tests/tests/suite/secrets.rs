@@ -102,3 +102,29 @@ async fn a_wrong_password_is_logged_once_and_no_password_shows_anywhere() {
     assert_secret_free("a connection error", &format!("{err} {err:?}"));
     assert_secret_free("the log", &logs.text());
 }
+
+#[tokio::test]
+async fn a_pool_the_application_built_carries_its_own_credentials() {
+    let server = RedisServer::start_with(&["--requirepass", RIGHT]);
+    let url = format!("redis://:{RIGHT}@127.0.0.1:{}", server.port());
+    let pool = redlimit::deadpool_redis::Config::from_url(url)
+        .create_pool(Some(redlimit::deadpool_redis::Runtime::Tokio1))
+        .expect("a pool");
+    let backend = RedisBackend::from_pool(pool)
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    assert_secret_free("the backend's Debug", &format!("{backend:?}"));
+    let p = policy(Algorithm::TokenBucket, 2, 60_000, None);
+    let limiter = Limiter::new(backend);
+    let allowed: Vec<bool> = {
+        let mut allowed = Vec::new();
+        for _ in 0..3 {
+            let decision = limiter.check(&p, "c", 1).await.expect("decided");
+            assert_eq!(decision.reason, Reason::Redis);
+            allowed.push(decision.allowed);
+        }
+        allowed
+    };
+    assert_eq!(allowed, [true, true, false]);
+}

@@ -83,6 +83,8 @@ impl fmt::Debug for RedisBackend {
 #[derive(Clone)]
 enum Topology {
     Standalone(String),
+    /// A pool the application built: its own credentials, TLS and settings.
+    Pool(deadpool_redis::Pool),
     #[cfg(feature = "cluster")]
     Cluster(Vec<String>),
     #[cfg(feature = "sentinel")]
@@ -99,6 +101,7 @@ impl fmt::Debug for Topology {
                 .debug_tuple("Standalone")
                 .field(&redacted_url(url))
                 .finish(),
+            Self::Pool(pool) => f.debug_tuple("Pool").field(&pool.status()).finish(),
             #[cfg(feature = "cluster")]
             Self::Cluster(seeds) => f.debug_tuple("Cluster").field(&urls(seeds)).finish(),
             #[cfg(feature = "sentinel")]
@@ -125,6 +128,22 @@ impl RedisBackend {
     /// them.
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
         RedisBackendBuilder::new(Topology::Standalone(url.into()))
+    }
+
+    /// A standalone Redis through a deadpool-redis pool the application built, for settings
+    /// the URL cannot carry: a credentials provider, its own TLS configuration, a connection
+    /// hook. The builder's budget still bounds every check; its pool size does not apply.
+    ///
+    /// ```
+    /// use redlimit::{RedisBackend, deadpool_redis};
+    ///
+    /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
+    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    /// let redis = RedisBackend::from_pool(pool).build()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_pool(pool: deadpool_redis::Pool) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(Topology::Pool(pool))
     }
 
     /// A Redis Cluster reached through any of `urls` (seed nodes; the rest is discovered).
@@ -392,6 +411,7 @@ impl RedisBackendBuilder {
             };
         }
         Ok(match &self.topology {
+            Topology::Pool(pool) => Pools::Standalone(pool.clone()),
             Topology::Standalone(url) => {
                 let connection = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.budget))
