@@ -88,6 +88,12 @@ fn spoilers(algorithm: Algorithm, key: &str) -> Vec<redis::Cmd> {
     cmds
 }
 
+/// Replaces whatever `key` holds with what `spoil` writes.
+fn spoil_with(connection: &mut redis::Connection, key: &str, spoil: &redis::Cmd) {
+    let _: () = redis::cmd("DEL").arg(key).query(connection).expect("DEL");
+    let _: redis::Value = spoil.query(connection).expect("spoiling");
+}
+
 #[tokio::test]
 async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
     let server = RedisServer::start();
@@ -97,11 +103,7 @@ async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
         let p = policy(algorithm, 10, 60_000, None);
         let key = limiter.keys().key(&p, "victim");
         for spoil in spoilers(algorithm, &key) {
-            let _: () = redis::cmd("DEL")
-                .arg(&key)
-                .query(&mut connection)
-                .expect("DEL");
-            let _: redis::Value = spoil.query(&mut connection).expect("spoiling");
+            spoil_with(&mut connection, &key, &spoil);
             for cost in [0, 1] {
                 let result = limiter.check_at(&p, "victim", cost, at_ms(T0 + 10)).await;
                 let err = result.expect_err("corrupt state must not decide");
@@ -142,11 +144,7 @@ async fn opted_in_corrupt_state_is_deleted_counted_and_checked_again() {
         let p = policy(algorithm, 10, 60_000, None);
         let key = limiter.keys().key(&p, "victim");
         for spoil in spoilers(algorithm, &key) {
-            let _: () = redis::cmd("DEL")
-                .arg(&key)
-                .query(&mut connection)
-                .expect("DEL");
-            let _: redis::Value = spoil.query(&mut connection).expect("spoiling");
+            spoil_with(&mut connection, &key, &spoil);
             spoiled += 1;
             let decision = limiter
                 .check_at(&p, "victim", 1, at_ms(T0 + 10))
