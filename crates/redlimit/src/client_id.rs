@@ -6,6 +6,14 @@ use std::{
     hash::{BuildHasher, Hash, Hasher},
 };
 
+/// A short keyed hash of `client` for logs and traces: the same client gets the same tag in one
+/// process, and the tag does not give the client's text (an API key, say) away.
+pub(crate) fn tag(client: &str) -> impl std::fmt::Display {
+    static KEY: std::sync::OnceLock<RandomState> = std::sync::OnceLock::new();
+    let hash = KEY.get_or_init(RandomState::new).hash_one(client);
+    format!("{:08x}", hash >> 32)
+}
+
 /// A client's 128-bit id: never 0, which the key tables keep for an empty slot.
 pub(crate) type ClientId = u128;
 

@@ -16,7 +16,7 @@ pub struct Decision {
     /// How long until the client's whole quota is available again if it sends nothing more;
     /// zero when it already is. Whole milliseconds.
     pub reset_after: Duration,
-    /// Set only when denied: how long until a request of the same cost could pass, or
+    /// Set only when denied (or, with [`Reason::Shadow`], when it would have been): how long until a request of the same cost could pass, or
     /// [`RetryAfter::Never`] when the cost is larger than the policy ever grants.
     pub retry_after: Option<RetryAfter>,
     /// The policy's name.
@@ -51,6 +51,10 @@ pub enum Reason {
     FailClosed,
     /// Decided by the local in-memory limiter standing in for a failed backend.
     Fallback,
+    /// Would have been denied, and allowed because the guard is in shadow (dry-run) mode; see
+    /// [`GuardedLimiter::shadow`](crate::GuardedLimiter::shadow). `remaining`, `reset_after`
+    /// and `retry_after` are the denial's.
+    Shadow,
 }
 
 impl Reason {
@@ -63,6 +67,23 @@ impl Reason {
             Self::FailOpen => "fail_open",
             Self::FailClosed => "fail_closed",
             Self::Fallback => "fallback",
+            Self::Shadow => "shadow",
+        }
+    }
+
+    /// How many reasons there are.
+    pub(crate) const COUNT: usize = 7;
+
+    /// A distinct index below [`COUNT`](Self::COUNT), for tables of counters.
+    pub(crate) const fn index(self) -> usize {
+        match self {
+            Self::Redis => 0,
+            Self::Memory => 1,
+            Self::LocalBlock => 2,
+            Self::FailOpen => 3,
+            Self::FailClosed => 4,
+            Self::Fallback => 5,
+            Self::Shadow => 6,
         }
     }
 }

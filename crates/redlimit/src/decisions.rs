@@ -1,6 +1,6 @@
 use std::{ops::Deref, sync::Arc, time::Duration};
 
-use crate::{Decision, Error, RetryAfter};
+use crate::{Decision, Error, Reason, RetryAfter};
 
 /// The decisions of one check: one [`Decision`] per policy, in the order the policies were
 /// given, never empty. The request passes only if [`allowed`](Self::allowed).
@@ -48,6 +48,16 @@ impl Decisions {
     /// Decisions the failure policy made because the backend failed with `error`.
     pub(crate) fn with_error(mut self, error: Option<Error>) -> Self {
         self.error = error.map(Arc::new);
+        self
+    }
+
+    /// The same decisions with every denial let through as [`Reason::Shadow`], its quota and
+    /// waits kept.
+    pub(crate) fn shadowed(mut self) -> Self {
+        for decision in self.items.iter_mut().filter(|d| !d.allowed) {
+            decision.allowed = true;
+            decision.reason = Reason::Shadow;
+        }
         self
     }
 

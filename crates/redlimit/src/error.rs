@@ -15,6 +15,31 @@ pub enum ErrorKind {
     InvalidInput,
 }
 
+impl ErrorKind {
+    /// A short lower-case name, for logs and metrics labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Backend => "backend",
+            Self::CorruptState => "corrupt_state",
+            Self::InvalidInput => "invalid_input",
+        }
+    }
+
+    /// How many kinds there are.
+    pub(crate) const COUNT: usize = 4;
+
+    /// A distinct index below [`COUNT`](Self::COUNT), for tables of counters.
+    pub(crate) const fn index(self) -> usize {
+        match self {
+            Self::Timeout => 0,
+            Self::Backend => 1,
+            Self::CorruptState => 2,
+            Self::InvalidInput => 3,
+        }
+    }
+}
+
 /// A failed check. Opaque: ask [`kind`](Error::kind) or the `is_*` predicates.
 ///
 /// A failed check is not a decision; the tower layer turns it into one through its failure

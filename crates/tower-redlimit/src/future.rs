@@ -180,6 +180,9 @@ where
                 StateProj::Calling { future, headers } => {
                     let mut response = ready!(future.poll(cx))?;
                     if let Some((runtime, decisions)) = headers.take() {
+                        if response.status().is_server_error() {
+                            runtime.guard.service_failed();
+                        }
                         runtime.add_headers(response.headers_mut(), &decisions);
                     }
                     return Poll::Ready(Ok(response));

@@ -5,7 +5,7 @@ use std::{fmt::Write as _, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use redlimit::{Decision, Decisions, Policy};
+use redlimit::{Decision, Decisions, Policy, Reason, RetryAfter};
 
 /// Which rate-limit headers responses carry; see
 /// [`RateLimitLayer::headers`](crate::RateLimitLayer::headers).
@@ -77,13 +77,21 @@ pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
 }
 
 /// Adds the headers of `style` for `decisions` (one per policy, in order) that `headers` does
-/// not have yet; `policy` is the policies' [`policy_value`].
+/// not have yet; `policy` is the policies' [`policy_value`]. Decisions of the failure policy's
+/// open or closed answer get none: the limiter never saw that quota.
 pub(crate) fn add(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &HeaderValue,
     decisions: &Decisions,
 ) {
+    // One path decides every policy of a check: the first decision's reason is theirs.
+    if decisions
+        .first()
+        .is_some_and(|d| matches!(d.reason, Reason::FailOpen | Reason::FailClosed))
+    {
+        return;
+    }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         headers
             .entry(RATELIMIT_POLICY)
@@ -104,7 +112,18 @@ pub(crate) fn add(
             .or_insert_with(|| HeaderValue::from(d.remaining));
         headers
             .entry(X_RESET)
-            .or_insert_with(|| HeaderValue::from(seconds_up(d.reset_after)));
+            .or_insert_with(|| HeaderValue::from(reset_secs(d)));
+    }
+}
+
+/// A decision's `t` (and `X-RateLimit-Reset`): when its quota is usable again. For a policy
+/// that denied (or, in shadow mode, would have), that is its own `retry_after`, so `t` matches
+/// `Retry-After` as draft-ietf-httpapi-ratelimit-headers-10 asks; else the wait until the whole
+/// quota is back.
+fn reset_secs(d: &Decision) -> u64 {
+    match d.retry_after {
+        Some(RetryAfter::After(wait)) => seconds_up(wait),
+        _ => seconds_up(d.reset_after),
     }
 }
 
@@ -113,10 +132,7 @@ pub(crate) fn add(
 fn state_value(decisions: &[Decision]) -> Bytes {
     let separators = 2 * decisions.len().saturating_sub(1);
     let length = decisions.iter().fold(separators, |n, d| {
-        n + d.policy.len()
-            + "\"\";r=;t=".len()
-            + digits(d.remaining)
-            + digits(seconds_up(d.reset_after))
+        n + d.policy.len() + "\"\";r=;t=".len() + digits(d.remaining) + digits(reset_secs(d))
     });
     let mut value = Vec::with_capacity(length);
     for (i, d) in decisions.iter().enumerate() {
@@ -128,11 +144,7 @@ fn state_value(decisions: &[Decision]) -> Bytes {
         value.extend_from_slice(b"\";r=");
         value.extend_from_slice(itoa::Buffer::new().format(d.remaining).as_bytes());
         value.extend_from_slice(b";t=");
-        value.extend_from_slice(
-            itoa::Buffer::new()
-                .format(seconds_up(d.reset_after))
-                .as_bytes(),
-        );
+        value.extend_from_slice(itoa::Buffer::new().format(reset_secs(d)).as_bytes());
     }
     debug_assert_eq!(value.len(), length);
     Bytes::from(value)

@@ -68,6 +68,14 @@ fn assert_failure_answer(
 ) {
     assert!(took < BUDGET + MARGIN, "{what}: took {took:?}");
     assert_eq!(response.status, status, "{what}: {response:?}");
+    // Only the local fallback checked a quota; open and closed answers advertise none.
+    for header in ["ratelimit", "ratelimit-policy"] {
+        assert_eq!(
+            response.header(header).is_some(),
+            body == "fallback",
+            "{what}: {header} in {response:?}"
+        );
+    }
     if status == 200 {
         assert_eq!(response.body, body, "{what}: the reason is exposed");
     } else {

@@ -48,7 +48,7 @@ const EXPECTED: [(Algorithm, &str, &str, &str, &str); 6] = [
         Algorithm::SlidingWindowCounter,
         "r=2;t=120",
         "r=0;t=120",
-        "r=0;t=120",
+        "r=0;t=80",
         "80",
     ),
     // One token (or one GCRA interval) every 20 s.
@@ -56,10 +56,10 @@ const EXPECTED: [(Algorithm, &str, &str, &str, &str); 6] = [
         Algorithm::TokenBucket,
         "r=2;t=20",
         "r=0;t=60",
-        "r=0;t=60",
+        "r=0;t=20",
         "20",
     ),
-    (Algorithm::Gcra, "r=2;t=20", "r=0;t=60", "r=0;t=60", "20"),
+    (Algorithm::Gcra, "r=2;t=20", "r=0;t=60", "r=0;t=20", "20"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,6 +105,10 @@ async fn header_values_on_the_first_nth_and_one_over_the_limit_are_exact() {
         assert_eq!(statuses, [200, 200, 200, 429], "{name}");
         assert_eq!(responses[0].body, "redis", "the handler sees the decision");
         assert_eq!(responses[3].header("retry-after"), Some(retry), "{name}");
+        assert!(
+            fourth.ends_with(&format!(";t={retry}")),
+            "{name}: a denial's t is its Retry-After"
+        );
         assert_eq!(responses[0].header("retry-after"), None, "{name}");
     }
 }

@@ -11,6 +11,7 @@ mod layer_axum;
 mod layer_failures;
 mod layer_headers;
 mod multi_policy;
+mod observability;
 mod oom;
 mod parity;
 mod pitfalls;

@@ -1,42 +1,14 @@
 //! No password in any log line, `Debug` or `Display`; a wrong password is logged, once.
 
-use std::{
-    io::Write,
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
-};
+use std::time::Duration;
 
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
 use redlimit_tests::{RedisServer, free_port};
 
-use crate::support::policy;
+use crate::support::{Captured, policy};
 
 const RIGHT: &str = "right-pass-7f3a";
 const WRONG: &str = "wrong-pass-91c2";
-
-/// Every log line written while it is the default subscriber.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn assert_secret_free(what: &str, text: &str) {
     for secret in [RIGHT, WRONG] {

@@ -1,9 +1,23 @@
 //! Shared helpers: policies, a fixed start time, and both backends side by side.
 
-use std::time::Duration;
+use std::{
+    io::Write,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
-use redlimit::{Algorithm, Decision, Limiter, MemoryBackend, Policy, RetryAfter, Timestamp};
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode},
+    routing::get,
+};
+use redlimit::{
+    Algorithm, Decision, GuardedLimiter, Limiter, MemoryBackend, Policy, RetryAfter, Timestamp,
+};
 use redlimit_tests::RedisServer;
+use tower::ServiceExt;
+use tower_redlimit::{HeaderKey, RateLimitLayer};
 
 /// A start time aligned to 1 s, 10 s and 60 s windows (milliseconds since the epoch).
 pub(crate) const T0: u64 = 1_699_999_980_000;
@@ -45,4 +59,49 @@ pub(crate) fn retry_code(decision: &Decision) -> i64 {
 
 pub(crate) fn at_ms(ms: u64) -> Timestamp {
     Timestamp::from_millis(ms)
+}
+
+/// Every log line written while it is the default subscriber.
+#[derive(Clone, Default)]
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `/` answers 200, `/fail` 500; every route is limited by `guard`, keyed by `x-key`.
+pub(crate) fn keyed_app(guard: GuardedLimiter) -> Router {
+    let layer = RateLimitLayer::new(guard).key(HeaderKey::new("x-key").expect("a header name"));
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/fail", get(|| async { StatusCode::INTERNAL_SERVER_ERROR }))
+        .layer(layer)
+}
+
+pub(crate) async fn send(app: &Router, path: &str, key: &str) -> StatusCode {
+    let request = Request::get(path)
+        .header("x-key", key)
+        .body(Body::empty())
+        .expect("a request");
+    app.clone()
+        .oneshot(request)
+        .await
+        .expect("infallible")
+        .status()
 }

@@ -1,3 +1,4 @@
+use metrics::Gauge;
 use std::{
     sync::{Mutex, MutexGuard, PoisonError},
     time::{Duration, Instant},
@@ -13,6 +14,8 @@ pub struct CircuitBreaker {
     threshold: u32,
     cooldown: Duration,
     state: Mutex<Circuit>,
+    /// `redlimit_circuit_open`: set when the circuit opens or closes.
+    gauge: Gauge,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -36,12 +39,17 @@ impl CircuitBreaker {
             threshold: threshold.max(1),
             cooldown,
             state: Mutex::new(Circuit::Closed { failures: 0 }),
+            gauge: Gauge::noop(),
         }
     }
 
-    /// A closed breaker with the same settings.
-    pub(crate) fn fresh(&self) -> Self {
-        Self::new(self.threshold, self.cooldown)
+    /// A closed breaker with the same settings, reporting its state to `gauge`.
+    pub(crate) fn fresh(&self, gauge: Gauge) -> Self {
+        gauge.set(0.0);
+        Self {
+            gauge,
+            ..Self::new(self.threshold, self.cooldown)
+        }
     }
 
     /// How long the circuit stays open.
@@ -79,6 +87,7 @@ impl CircuitBreaker {
 
     pub(crate) fn record(&self, healthy: bool) {
         let mut state = self.lock();
+        let was_closed = matches!(*state, Circuit::Closed { .. });
         *state = match (*state, healthy) {
             (_, true) => Circuit::Closed { failures: 0 },
             (Circuit::Closed { failures }, false) if failures + 1 < self.threshold => {
@@ -90,6 +99,10 @@ impl CircuitBreaker {
                 until: Instant::now() + self.cooldown,
             },
         };
+        let closed = matches!(*state, Circuit::Closed { .. });
+        if closed != was_closed {
+            self.gauge.set(if closed { 0.0 } else { 1.0 });
+        }
     }
 }
 

@@ -5,10 +5,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{block_cache::Slot, error_log::ErrorLog};
+use tracing::{Instrument, Span, field};
+
+use super::{block_cache::Slot, error_log::ErrorLog, metrics::Metrics};
 use crate::{
     BlockCache, Check, CircuitBreaker, ConfigError, Decision, Decisions, Error, ErrorKind,
-    FailurePolicy, Limiter, Policy, Reason, Stats, Timestamp, backend::Started,
+    FailurePolicy, Limiter, Policy, Reason, Stats, Timestamp, backend::Started, client_id,
 };
 
 /// A source of explicit check times, for tests and replays; see [`GuardedLimiter::clock`].
@@ -61,6 +63,11 @@ struct Guard {
     remote: bool,
     blocks: Option<Arc<BlockCache>>,
     errors: Arc<ErrorLog>,
+    metrics: Arc<Metrics>,
+    /// Allowed with at most this share of the limit left counts as near the limit.
+    near_share: f64,
+    /// Dry run: a denial is reported and counted, and the request passes.
+    shadow: bool,
 }
 
 impl fmt::Debug for GuardedLimiter {
@@ -70,6 +77,7 @@ impl fmt::Debug for GuardedLimiter {
             .field("policies", &guard.policies)
             .field("failure", &guard.failure)
             .field("budget", &guard.budget)
+            .field("shadow", &guard.shadow)
             .field(
                 "circuit_open",
                 &guard.breakers.iter().any(CircuitBreaker::is_open),
@@ -102,7 +110,8 @@ impl GuardedLimiter {
         let capacity = policies.iter().map(Policy::capacity).min().unwrap_or(0);
         let remote = limiter.backend().is_remote();
         let blocks = remote.then(|| Arc::new(BlockCache::default()));
-        let breakers = breakers(&limiter, &CircuitBreaker::default());
+        let metrics = Arc::new(Metrics::new(&policies, DEFAULT_NEAR_SHARE));
+        let breakers = breakers(&limiter, &CircuitBreaker::default(), &metrics);
         Ok(Self {
             inner: Arc::new(Guard {
                 limiter,
@@ -116,6 +125,9 @@ impl GuardedLimiter {
                 remote,
                 blocks,
                 errors: Arc::default(),
+                metrics,
+                near_share: DEFAULT_NEAR_SHARE,
+                shadow: false,
             }),
         })
     }
@@ -144,7 +156,32 @@ impl GuardedLimiter {
     #[must_use]
     pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
         let guard = self.settings();
-        guard.breakers = breakers(&guard.limiter, &breaker);
+        guard.breakers = breakers(&guard.limiter, &breaker, &guard.metrics);
+        self
+    }
+
+    /// Dry run: every check is made, consumes, is counted and logged as usual, but a request
+    /// that would be denied passes, its decisions marked [`Reason::Shadow`] (with the remaining
+    /// quota and waits of the denial, so rate-limit headers stay truthful). For trying a new
+    /// limit on live traffic before enforcing it. Defaults to `false`.
+    ///
+    /// Applies to all the guard's policies: to shadow a new policy beside enforced ones, give it
+    /// a guard (and a layer) of its own, since a check of several policies consumes only when
+    /// every one of them admits.
+    #[must_use]
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.settings().shadow = shadow;
+        self
+    }
+
+    /// An allowed decision with at most `share` of its policy's limit remaining (rounded down)
+    /// is counted as `near_limit` in the metrics instead of `allowed`. Defaults to 0.2.
+    #[must_use]
+    pub fn near_limit(mut self, share: f64) -> Self {
+        let guard = self.settings();
+        guard.near_share = share;
+        guard.metrics = Arc::new(Metrics::new(&guard.policies, share));
+        guard.breakers = breakers(&guard.limiter, &guard.breakers[0], &guard.metrics);
         self
     }
 
@@ -186,6 +223,19 @@ impl GuardedLimiter {
         &self.inner.breakers[0]
     }
 
+    /// Counts a server error (5xx) of the protected service after an allowed check, in
+    /// [`Stats::service_failures`] and `redlimit_service_failures_total`: the limiter's own view
+    /// of "the handler failed" beside "the limiter said no". The tower layer calls it.
+    pub fn service_failed(&self) {
+        self.inner.stats.count_service_failure();
+        self.inner.metrics.service_failed();
+    }
+
+    /// Whether the guard is in shadow (dry-run) mode; see [`shadow`](Self::shadow).
+    pub fn is_shadow(&self) -> bool {
+        self.inner.shadow
+    }
+
     /// The block cache, if there is one.
     pub fn blocks(&self) -> Option<&BlockCache> {
         self.inner.blocks.as_deref()
@@ -199,6 +249,7 @@ impl GuardedLimiter {
     /// awaited.
     pub fn check(&self, client: &str, cost: u64) -> Check {
         let guard = &*self.inner;
+        let span = guard.span(client, cost);
         // Where the answer is recorded if it blocks, and when the check was sent.
         let mut block = None;
         // A cost no policy can ever grant gets its "never" from the backend.
@@ -206,28 +257,34 @@ impl GuardedLimiter {
             let sent_us = guard.local_now_us();
             let slot = blocks.slot(client);
             if let Some(blocked) = blocks.blocked(&slot, cost, sent_us) {
-                return Check::ready(guard.counted(blocked));
+                return Check::ready(guard.finish(blocked, &span));
             }
             block = Some((slot, sent_us));
         }
         // An open circuit answers before a check is even begun.
         if guard.remote && !guard.breaker(client).permit() {
-            return self.fail(client, cost, None);
+            return self.fail(client, cost, None, span);
         }
         let now = guard.clock.as_ref().map(|clock| clock());
         match start(&guard.limiter, &guard.policies, client, cost, now) {
-            Started::Ready(Ok(decisions)) => Check::ready(guard.counted(decisions)),
+            Started::Ready(Ok(decisions)) => Check::ready(guard.finish(decisions, &span)),
             Started::Ready(Err(error)) => {
-                guard.stats.count_failed(error.kind());
-                self.fail(client, cost, Some(error))
+                guard.count_failed(error.kind());
+                self.fail(client, cost, Some(error), span)
             }
             Started::Waiting(answer) => {
                 let this = self.clone();
                 let client = client.to_owned();
-                Check::waiting(async move {
-                    let answer = this.inner.within_budget(answer).await;
-                    this.remote(answer, &client, cost, block).await
-                })
+                let inside = span.clone();
+                Check::waiting(
+                    async move {
+                        let sent = Instant::now();
+                        let answer = this.inner.within_budget(answer).await;
+                        this.inner.metrics.round_trip(sent.elapsed());
+                        this.remote(answer, &client, cost, block, span).await
+                    }
+                    .instrument(inside),
+                )
             }
         }
     }
@@ -240,6 +297,7 @@ impl GuardedLimiter {
         client: &str,
         cost: u64,
         block: Option<(Slot, u64)>,
+        span: Span,
     ) -> Decisions {
         let guard = &*self.inner;
         match answer {
@@ -248,19 +306,19 @@ impl GuardedLimiter {
                 if let (Some(blocks), Some((slot, sent_us))) = (&guard.blocks, &block) {
                     blocks.record(slot, cost, *sent_us, &decisions);
                 }
-                guard.counted(decisions)
+                guard.finish(decisions, &span)
             }
             Err(error) => {
                 // One client's corrupt key says nothing about the backend's health.
                 guard.breaker(client).record(error.is_corrupt_state());
-                guard.stats.count_failed(error.kind());
-                self.fail(client, cost, Some(error)).await
+                guard.count_failed(error.kind());
+                self.fail(client, cost, Some(error), span).await
             }
         }
     }
 
     /// The failure policy's answer, after `error` (or with none: the circuit is open).
-    fn fail(&self, client: &str, cost: u64, error: Option<Error>) -> Check {
+    fn fail(&self, client: &str, cost: u64, error: Option<Error>, span: Span) -> Check {
         let guard = &*self.inner;
         if let Some(error) = &error {
             guard.errors.report(error, &guard.policies);
@@ -268,19 +326,19 @@ impl GuardedLimiter {
         let local = match &guard.failure {
             FailurePolicy::Open => {
                 let open = guard.policies.iter().map(Decision::fail_open).collect();
-                return Check::ready(guard.counted(Decisions::new(open).with_error(error)));
+                return Check::ready(guard.finish(Decisions::new(open).with_error(error), &span));
             }
             FailurePolicy::Closed => {
-                return Check::ready(guard.counted(guard.closed().with_error(error)));
+                return Check::ready(guard.finish(guard.closed().with_error(error), &span));
             }
             FailurePolicy::Local(local) => local,
         };
         let now = guard.clock.as_ref().map(|clock| clock());
         match start(local, &guard.policies, client, cost, now) {
-            Started::Ready(answer) => Check::ready(guard.fallback(answer, error)),
+            Started::Ready(answer) => Check::ready(guard.fallback(answer, error, &span)),
             Started::Waiting(answer) => {
                 let this = self.clone();
-                Check::waiting(async move { this.inner.fallback(answer.await, error) })
+                Check::waiting(async move { this.inner.fallback(answer.await, error, &span) })
             }
         }
     }
@@ -291,7 +349,14 @@ impl GuardedLimiter {
 #[cfg(feature = "cluster")]
 const SLOT_RANGES: usize = 64;
 
-fn breakers(limiter: &Limiter, settings: &CircuitBreaker) -> Arc<[CircuitBreaker]> {
+/// The share of a limit under which an allowed decision counts as near the limit.
+const DEFAULT_NEAR_SHARE: f64 = 0.2;
+
+fn breakers(
+    limiter: &Limiter,
+    settings: &CircuitBreaker,
+    metrics: &Metrics,
+) -> Arc<[CircuitBreaker]> {
     #[cfg(feature = "cluster")]
     let ranges = if limiter.backend().is_cluster() {
         SLOT_RANGES
@@ -303,7 +368,17 @@ fn breakers(limiter: &Limiter, settings: &CircuitBreaker) -> Arc<[CircuitBreaker
         let _ = limiter;
         1
     };
-    (0..ranges).map(|_| settings.fresh()).collect()
+    let label = |range: usize| match ranges {
+        1 => "0".to_owned(),
+        _ => format!(
+            "{}-{}",
+            range * 16_384 / ranges,
+            (range + 1) * 16_384 / ranges - 1
+        ),
+    };
+    (0..ranges)
+        .map(|range| settings.fresh(metrics.circuit(label(range))))
+        .collect()
 }
 
 impl Guard {
@@ -336,7 +411,12 @@ impl Guard {
     }
 
     /// The fallback limiter's decisions, or a closed answer when it failed too.
-    fn fallback(&self, answer: Result<Decisions, Error>, error: Option<Error>) -> Decisions {
+    fn fallback(
+        &self,
+        answer: Result<Decisions, Error>,
+        error: Option<Error>,
+        span: &Span,
+    ) -> Decisions {
         let decisions = match answer {
             Ok(decisions) => {
                 let relabelled = decisions
@@ -350,7 +430,7 @@ impl Guard {
             }
             Err(_) => self.closed(),
         };
-        self.counted(decisions.with_error(error))
+        self.finish(decisions.with_error(error), span)
     }
 
     fn closed(&self) -> Decisions {
@@ -363,10 +443,60 @@ impl Guard {
         Decisions::new(closed)
     }
 
-    fn counted(&self, decisions: Decisions) -> Decisions {
-        // One path decides all the policies of a check: the first one's reason is theirs.
-        if let Some(first) = decisions.first() {
-            self.stats.count_decided(first.reason);
+    /// The check's span: the client only as a keyed hash, since the client text may be an API
+    /// key. Nothing is computed when no subscriber wants it.
+    fn span(&self, client: &str, cost: u64) -> Span {
+        let span = tracing::debug_span!(
+            target: "redlimit",
+            "redlimit.check",
+            policies = %self.metrics.label(),
+            cost,
+            client = field::Empty,
+            reason = field::Empty,
+            allowed = field::Empty,
+        );
+        if !span.is_disabled() {
+            span.record("client", field::display(client_id::tag(client)));
+        }
+        span
+    }
+
+    fn count_failed(&self, kind: ErrorKind) {
+        self.stats.count_failed(kind);
+        self.metrics.failed(kind);
+    }
+
+    /// The check's last step on every path: shadow mode lets a denial pass, then the decisions
+    /// are counted and traced.
+    fn finish(&self, decisions: Decisions, span: &Span) -> Decisions {
+        let decisions = if self.shadow {
+            decisions.shadowed()
+        } else {
+            decisions
+        };
+        // One path decides all the policies of a check: the first one's reason is theirs,
+        // unless shadow mode let one of them pass.
+        let shadowed = decisions.iter().find(|d| d.reason == Reason::Shadow);
+        let reason = shadowed.or(decisions.first()).map(|d| d.reason);
+        if let Some(reason) = reason {
+            self.stats.count_decided(reason);
+        }
+        self.metrics.decided(&decisions);
+        let allowed = decisions.allowed();
+        if !span.is_disabled() {
+            span.record("reason", reason.map_or("", Reason::as_str));
+            span.record("allowed", allowed);
+        }
+        if !allowed || shadowed.is_some() {
+            let denied = shadowed.unwrap_or_else(|| decisions.most_restrictive());
+            tracing::debug!(
+                target: "redlimit",
+                parent: span,
+                policy = %denied.policy,
+                reason = denied.reason.as_str(),
+                retry_after = ?denied.retry_after,
+                "rate limit exceeded"
+            );
         }
         decisions
     }

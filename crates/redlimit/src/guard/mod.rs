@@ -8,6 +8,7 @@ mod circuit_breaker;
 mod error_log;
 mod failure_policy;
 mod guarded_limiter;
+mod metrics;
 mod stats;
 #[cfg(test)]
 mod tests;

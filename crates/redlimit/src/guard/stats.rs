@@ -6,46 +6,37 @@ use crate::{ErrorKind, Reason};
 /// met.
 #[derive(Debug, Default)]
 pub struct Stats {
-    reasons: [AtomicU64; 6],
-    errors: [AtomicU64; 4],
+    reasons: [AtomicU64; Reason::COUNT],
+    errors: [AtomicU64; ErrorKind::COUNT],
+    service_failures: AtomicU64,
 }
 
 impl Stats {
     /// How many checks were decided by `reason`.
     pub fn decided(&self, reason: Reason) -> u64 {
-        self.reasons[reason_index(reason)].load(Ordering::Relaxed)
+        self.reasons[reason.index()].load(Ordering::Relaxed)
     }
 
     /// How many checks met an error of `kind`.
     pub fn failed(&self, kind: ErrorKind) -> u64 {
-        self.errors[error_index(kind)].load(Ordering::Relaxed)
+        self.errors[kind.index()].load(Ordering::Relaxed)
+    }
+
+    /// How many responses of the protected service were server errors (5xx) after an allowed
+    /// check; see [`GuardedLimiter::service_failed`](crate::GuardedLimiter::service_failed).
+    pub fn service_failures(&self) -> u64 {
+        self.service_failures.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_service_failure(&self) {
+        self.service_failures.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_decided(&self, reason: Reason) {
-        self.reasons[reason_index(reason)].fetch_add(1, Ordering::Relaxed);
+        self.reasons[reason.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_failed(&self, kind: ErrorKind) {
-        self.errors[error_index(kind)].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-const fn reason_index(reason: Reason) -> usize {
-    match reason {
-        Reason::Redis => 0,
-        Reason::Memory => 1,
-        Reason::LocalBlock => 2,
-        Reason::FailOpen => 3,
-        Reason::FailClosed => 4,
-        Reason::Fallback => 5,
-    }
-}
-
-const fn error_index(kind: ErrorKind) -> usize {
-    match kind {
-        ErrorKind::Timeout => 0,
-        ErrorKind::Backend => 1,
-        ErrorKind::CorruptState => 2,
-        ErrorKind::InvalidInput => 3,
+        self.errors[kind.index()].fetch_add(1, Ordering::Relaxed);
     }
 }

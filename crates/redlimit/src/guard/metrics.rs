@@ -1,0 +1,207 @@
+//! The guard's series in the [`metrics`] facade. Handles are registered once, when the guard is
+//! built, so a check costs an atomic increment per series, never a registry lookup.
+
+use std::{sync::Arc, time::Duration};
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+use crate::{Decision, ErrorKind, Policy, Reason};
+
+/// Decisions by policy, outcome and reason.
+pub(crate) const DECISIONS: &str = "redlimit_decisions_total";
+/// Checks that the backend failed, by kind.
+pub(crate) const BACKEND_ERRORS: &str = "redlimit_backend_errors_total";
+/// 5xx responses of the protected service after an allowed check.
+pub(crate) const SERVICE_FAILURES: &str = "redlimit_service_failures_total";
+/// The backend's round trip of a check, in seconds.
+pub(crate) const CHECK_DURATION: &str = "redlimit_check_duration_seconds";
+/// Whether a circuit is open (1) or closed (0).
+pub(crate) const CIRCUIT_OPEN: &str = "redlimit_circuit_open";
+
+/// How a decision is counted: exactly one of these per policy per check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Allowed,
+    NearLimit,
+    Limited,
+}
+
+const OUTCOMES: [Outcome; 3] = [Outcome::Allowed, Outcome::NearLimit, Outcome::Limited];
+
+impl Outcome {
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::NearLimit => "near_limit",
+            Self::Limited => "limited",
+        }
+    }
+}
+
+/// Every reason, in the order of [`Reason::index`].
+const REASONS: [Reason; Reason::COUNT] = [
+    Reason::Redis,
+    Reason::Memory,
+    Reason::LocalBlock,
+    Reason::FailOpen,
+    Reason::FailClosed,
+    Reason::Fallback,
+    Reason::Shadow,
+];
+
+const KINDS: [ErrorKind; ErrorKind::COUNT] = [
+    ErrorKind::Timeout,
+    ErrorKind::Backend,
+    ErrorKind::CorruptState,
+    ErrorKind::InvalidInput,
+];
+
+/// Whether a decision of `reason` can be counted as `outcome`: only those series are
+/// registered, so an exposition shows no series that can never move.
+const fn possible(outcome: Outcome, reason: Reason) -> bool {
+    match reason {
+        Reason::Redis | Reason::Memory | Reason::Fallback => true,
+        Reason::FailOpen => matches!(outcome, Outcome::Allowed),
+        Reason::LocalBlock | Reason::FailClosed | Reason::Shadow => {
+            matches!(outcome, Outcome::Limited)
+        }
+    }
+}
+
+/// One policy's decision counters and its near-limit threshold.
+#[derive(Debug)]
+struct PolicySeries {
+    /// Allowed with at most this many remaining counts as near the limit.
+    near: u64,
+    /// By `outcome * Reason::COUNT + reason`.
+    decisions: Vec<Counter>,
+}
+
+/// The series of one guard.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    policies: Vec<PolicySeries>,
+    errors: [Counter; ErrorKind::COUNT],
+    service_failures: Counter,
+    duration: Histogram,
+    /// The `policy` label of series about a whole check: the guard's names joined by `+`.
+    label: Arc<str>,
+}
+
+impl Metrics {
+    /// Registers the series of a guard of `policies` with the recorder installed now; a
+    /// decision is near the limit when allowed with at most `near_share` of its limit left.
+    pub(crate) fn new(policies: &[Policy], near_share: f64) -> Self {
+        let names: Vec<&str> = policies.iter().map(Policy::name).collect();
+        let label: Arc<str> = names.join("+").into();
+        let series = policies
+            .iter()
+            .map(|policy| PolicySeries {
+                near: near_threshold(policy.limit(), near_share),
+                decisions: decision_counters(policy.name()),
+            })
+            .collect();
+        let guard = label.to_string();
+        Self {
+            policies: series,
+            errors: KINDS.map(
+                |kind| counter!(BACKEND_ERRORS, "policy" => guard.clone(), "kind" => kind.as_str()),
+            ),
+            service_failures: counter!(SERVICE_FAILURES, "policy" => guard.clone()),
+            duration: histogram!(CHECK_DURATION, "policy" => guard),
+            label,
+        }
+    }
+
+    /// Counts the decisions of one check, which are in the order of the guard's policies.
+    pub(crate) fn decided(&self, decisions: &[Decision]) {
+        for (series, decision) in self.policies.iter().zip(decisions) {
+            let outcome = if decision.reason == Reason::Shadow || !decision.allowed {
+                Outcome::Limited
+            } else if decision.remaining <= series.near {
+                Outcome::NearLimit
+            } else {
+                Outcome::Allowed
+            };
+            let at = outcome as usize * Reason::COUNT + decision.reason.index();
+            series.decisions[at].increment(1);
+        }
+    }
+
+    /// The guard's policy names joined by `+`.
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub(crate) fn failed(&self, kind: ErrorKind) {
+        self.errors[kind.index()].increment(1);
+    }
+
+    pub(crate) fn service_failed(&self) {
+        self.service_failures.increment(1);
+    }
+
+    pub(crate) fn round_trip(&self, took: Duration) {
+        self.duration.record(took.as_secs_f64());
+    }
+
+    /// The gauge of circuit `circuit` of this guard (`"0"`, or a Cluster's slot range).
+    pub(crate) fn circuit(&self, circuit: String) -> Gauge {
+        gauge!(CIRCUIT_OPEN, "policy" => self.label.to_string(), "circuit" => circuit)
+    }
+}
+
+fn decision_counters(policy: &str) -> Vec<Counter> {
+    let mut counters = Vec::with_capacity(OUTCOMES.len() * REASONS.len());
+    for outcome in OUTCOMES {
+        for reason in REASONS {
+            counters.push(if possible(outcome, reason) {
+                counter!(
+                    DECISIONS,
+                    "policy" => policy.to_owned(),
+                    "outcome" => outcome.as_str(),
+                    "reason" => reason.as_str(),
+                )
+            } else {
+                Counter::noop()
+            });
+        }
+    }
+    counters
+}
+
+/// `floor(limit × share)`, in `0..=limit`.
+fn near_threshold(limit: u64, share: f64) -> u64 {
+    // Limits are below 2^53, exact as doubles; the product is clamped before the cast back.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let near = (limit as f64 * share.clamp(0.0, 1.0)).floor() as u64;
+    near.min(limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn near_limit_is_a_share_of_the_limit_rounded_down() {
+        assert_eq!(near_threshold(5, 0.2), 1);
+        assert_eq!(near_threshold(100, 0.2), 20);
+        assert_eq!(near_threshold(4, 0.2), 0);
+        assert_eq!(near_threshold(10, 7.0), 10);
+        assert_eq!(near_threshold(10, -1.0), 0);
+    }
+
+    #[test]
+    fn every_reason_is_listed_in_its_index_order() {
+        for (at, reason) in REASONS.iter().enumerate() {
+            assert_eq!(reason.index(), at);
+        }
+        for (at, kind) in KINDS.iter().enumerate() {
+            assert_eq!(kind.index(), at);
+        }
+    }
+}

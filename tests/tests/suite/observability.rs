@@ -1,0 +1,195 @@
+//! What an operator sees: the metrics of a known sequence, and shadow mode. The check spans are
+//! in their own binary (`tests/spans.rs`).
+
+use std::time::Duration;
+
+use metrics_util::{
+    CompositeKey, MetricKind,
+    debugging::{DebugValue, DebuggingRecorder, Snapshotter},
+};
+use redlimit::{Algorithm, CircuitBreaker, FailurePolicy, GuardedLimiter, Reason};
+use redlimit_tests::RedisServer;
+
+use crate::support::{keyed_app, policy, send};
+
+/// One value per series: counters and gauges as numbers, histograms as their sample count.
+fn values(snapshotter: &Snapshotter) -> Vec<(CompositeKey, f64)> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let value = match value {
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(samples) => samples.len() as f64,
+            };
+            (key, value)
+        })
+        .collect()
+}
+
+/// The value of the series `name` whose labels are exactly `labels`; 0 when never registered.
+fn value(all: &[(CompositeKey, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
+    let matching: Vec<f64> = all
+        .iter()
+        .filter(|(key, _)| {
+            let key = key.key();
+            let mut have: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
+            let mut want = labels.to_vec();
+            have.sort_unstable();
+            want.sort_unstable();
+            key.name() == name && have == want
+        })
+        .map(|(_, v)| *v)
+        .collect();
+    assert!(matching.len() <= 1, "{name} {labels:?} is one series");
+    matching.first().copied().unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_counter_of_a_known_sequence_has_its_exact_value() {
+    let server = RedisServer::start();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // The guard registers its series with the recorder in force when it is built.
+    let guard = metrics::with_local_recorder(&recorder, || {
+        GuardedLimiter::new(
+            server.limiter(),
+            [policy(Algorithm::FixedWindow, 5, 3_600_000, None)],
+        )
+        .expect("a guard")
+        .failure(FailurePolicy::Open)
+        .budget(Duration::from_secs(5))
+        .circuit_breaker(CircuitBreaker::new(1, Duration::from_secs(3_600)))
+    });
+    let stats = guard.clone();
+    let app = keyed_app(guard);
+
+    // Limit 5, near the limit at 1 remaining or less (20%).
+    assert_eq!(
+        send(&app, "/fail", "alice").await,
+        500,
+        "allowed, remaining 4"
+    );
+    for _ in 0..2 {
+        assert_eq!(send(&app, "/", "alice").await, 200, "allowed, 3 then 2");
+    }
+    for _ in 0..2 {
+        assert_eq!(
+            send(&app, "/", "alice").await,
+            200,
+            "near the limit, 1 then 0"
+        );
+    }
+    assert_eq!(send(&app, "/", "alice").await, 429, "limited by Redis");
+    assert_eq!(
+        send(&app, "/", "alice").await,
+        429,
+        "limited by the block cache"
+    );
+    drop(server);
+    assert_eq!(send(&app, "/", "bob").await, 200, "Redis down: fail open");
+    assert_eq!(send(&app, "/", "bob").await, 200, "circuit open: fail open");
+
+    let all = values(&snapshotter);
+    let decisions = |outcome: &str, reason: &str| {
+        value(
+            &all,
+            "redlimit_decisions_total",
+            &[
+                ("policy", "fixed_window"),
+                ("outcome", outcome),
+                ("reason", reason),
+            ],
+        )
+    };
+    assert_eq!(decisions("allowed", "redis"), 3.0);
+    assert_eq!(decisions("near_limit", "redis"), 2.0);
+    assert_eq!(decisions("limited", "redis"), 1.0);
+    assert_eq!(decisions("limited", "local_block"), 1.0);
+    assert_eq!(decisions("allowed", "fail_open"), 2.0);
+    let decided: f64 = all
+        .iter()
+        .filter(|(k, _)| k.key().name() == "redlimit_decisions_total")
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(decided, 9.0, "one decision per request, no more");
+
+    let errors = |kind: &str| {
+        value(
+            &all,
+            "redlimit_backend_errors_total",
+            &[("policy", "fixed_window"), ("kind", kind)],
+        )
+    };
+    assert_eq!(errors("backend") + errors("timeout"), 1.0, "{all:?}");
+    assert_eq!(errors("corrupt_state") + errors("invalid_input"), 0.0);
+    let guard_series = [("policy", "fixed_window")];
+    assert_eq!(
+        value(&all, "redlimit_service_failures_total", &guard_series),
+        1.0
+    );
+    assert_eq!(
+        value(&all, "redlimit_check_duration_seconds", &guard_series),
+        7.0,
+        "six round trips answered, one failed; none for the block or the open circuit"
+    );
+    assert_eq!(
+        value(
+            &all,
+            "redlimit_circuit_open",
+            &[("policy", "fixed_window"), ("circuit", "0")]
+        ),
+        1.0
+    );
+    for (key, _) in &all {
+        assert_eq!(
+            key.kind() == MetricKind::Histogram,
+            key.key().name() == "redlimit_check_duration_seconds"
+        );
+        assert!(
+            key.key().labels().all(|l| !l.value().contains("alice")),
+            "never the client in a label: {key:?}"
+        );
+    }
+    assert_eq!(stats.stats().service_failures(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_lets_would_be_denials_pass_and_counts_them() {
+    let server = RedisServer::start();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let guard = metrics::with_local_recorder(&recorder, || {
+        GuardedLimiter::new(
+            server.limiter(),
+            [policy(Algorithm::SlidingWindowLog, 3, 60_000, None)],
+        )
+        .expect("a guard")
+        .shadow(true)
+    });
+    let stats = guard.clone();
+    let app = keyed_app(guard);
+    for _ in 0..10 {
+        assert_eq!(send(&app, "/", "alice").await, 200);
+    }
+    let all = values(&snapshotter);
+    let count = |outcome: &str, reason: &str| {
+        value(
+            &all,
+            "redlimit_decisions_total",
+            &[
+                ("policy", "sliding_window_log"),
+                ("outcome", outcome),
+                ("reason", reason),
+            ],
+        )
+    };
+    assert_eq!(count("limited", "shadow"), 7.0);
+    assert_eq!(
+        count("allowed", "redis") + count("near_limit", "redis"),
+        3.0
+    );
+    assert_eq!(stats.stats().decided(Reason::Shadow), 7);
+}
