@@ -36,10 +36,15 @@ pub struct Config {
     /// `ietf`, `legacy`, `both` or `none`. Defaults to `ietf`.
     #[serde(default, deserialize_with = "parsed")]
     pub headers: HeaderStyle,
+    /// Where `GET /metrics` (Prometheus text) is served. Defaults to the main listener.
+    pub metrics_listen: Option<SocketAddr>,
     /// The limited routes.
     #[serde(rename = "route", default)]
     pub routes: Vec<Route>,
 }
+
+/// The path of the Prometheus endpoint.
+pub const METRICS_PATH: &str = "/metrics";
 
 /// A Redis URL from the file. `Debug` and `Display` show it without its credentials
 /// (`redis://***@host:port`), so neither a log line nor an error can leak the password.
@@ -150,6 +155,10 @@ pub struct Route {
     /// `ip`, `header:NAME` or `global`. Defaults to `ip`.
     #[serde(default, deserialize_with = "parsed")]
     pub key: KeyKind,
+    /// Dry run: checked, counted and logged, but a request over the limit passes (reason
+    /// `shadow` in the metrics). Defaults to `false`.
+    #[serde(default)]
+    pub shadow: bool,
 }
 
 /// What a route is keyed by.
@@ -311,6 +320,14 @@ impl Config {
             return err("route: at least one [[route]] is needed".to_owned());
         }
         check_paths(&self.routes)?;
+        if self.metrics_listen.is_none()
+            && let Some(route) = self.routes.iter().find(|r| r.path == METRICS_PATH)
+        {
+            return err(format!(
+                "route {}: path: served by the metrics endpoint; set metrics_listen to serve it elsewhere",
+                route.path
+            ));
+        }
         let mut names = HashMap::new();
         for route in &self.routes {
             let policy = route.policy()?;
@@ -470,6 +487,11 @@ mod tests {
             ),
             (one_route("budget = \"0s\"", "/a"), "budget"),
             (one_route("listen = \"nowhere\"", "/a"), "listen"),
+            (
+                one_route("metrics_listen = \"9100\"", "/a"),
+                "metrics_listen",
+            ),
+            (one_route("", "/metrics"), "metrics_listen"),
             ("".to_owned(), "route"),
             (
                 one_route(

@@ -3,13 +3,17 @@
 //! `app` builds the router, so tests can drive it without a socket.
 
 pub mod config;
+mod metrics;
 
 use axum::{Extension, Router, http::Uri, routing::get};
 use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, RedisBackend};
 use tower_redlimit::{ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
-pub use self::config::{Config, ConfigFileError};
 use self::config::{KeyKind, RedisUrl, Store};
+pub use self::{
+    config::{Config, ConfigFileError},
+    metrics::{install_metrics, metrics_router},
+};
 
 /// The limiter the configuration asks for: Redis when `redis_url` is set, else memory.
 ///
@@ -53,7 +57,8 @@ pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
         let guard = GuardedLimiter::new(limiter.clone(), [route.policy()?])
             .map_err(|e| at(&e))?
             .failure(config.failure.policy())
-            .budget(config.budget);
+            .budget(config.budget)
+            .shadow(route.shadow);
         let layer = RateLimitLayer::new(guard).headers(config.headers);
         let layer = match &route.key {
             KeyKind::Ip => layer.key(client_ip.clone()),

@@ -2,14 +2,14 @@
 
 use std::{net::SocketAddr, process::ExitCode};
 
-use axum_demo::{Config, app, backend_description};
+use axum_demo::{Config, app, backend_description, install_metrics, metrics_router};
 
 const USAGE: &str = "usage: redlimit-demo [--config FILE]
 
 With no arguments, serves three limited routes on 127.0.0.1:3000 with the in-memory backend.
 FILE is TOML: listen, redis_url | redis_cluster | redis_sentinel, trusted_proxies,
-client_ip_header, failure, budget, headers, and [[route]] tables (path, name, algorithm, limit,
-window, burst, key).
+client_ip_header, failure, budget, headers, metrics_listen, and [[route]] tables (path, name,
+algorithm, limit, window, burst, key, shadow). GET /metrics serves Prometheus text.
 Logs go to standard error; RUST_LOG filters them (defaults to info).";
 
 fn load(args: &[String]) -> Result<Config, String> {
@@ -45,6 +45,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let metrics = match install_metrics() {
+        Ok(handle) => metrics_router(handle),
+        Err(message) => {
+            eprintln!("redlimit-demo: {message}");
+            return ExitCode::from(1);
+        }
+    };
     let router = match app(&config) {
         Ok(router) => router,
         Err(message) => {
@@ -60,16 +67,31 @@ async fn main() -> ExitCode {
         }
     };
     let address = listener.local_addr().unwrap_or(config.listen);
+    let router = match config.metrics_listen {
+        None => router.merge(metrics),
+        Some(at) => match tokio::net::TcpListener::bind(at).await {
+            Ok(listener) => {
+                println!("redlimit-demo: metrics on http://{at}/metrics");
+                tokio::spawn(async move { axum::serve(listener, metrics).await });
+                router
+            }
+            Err(err) => {
+                eprintln!("redlimit-demo: cannot listen on {at} (metrics_listen): {err}");
+                return ExitCode::from(1);
+            }
+        },
+    };
     println!("redlimit-demo: backend {}", backend_description(&config));
     println!("redlimit-demo: listening on http://{address}");
     for route in &config.routes {
         println!(
-            "  GET {}  {} {} per {} (key: {})",
+            "  GET {}  {} {} per {} (key: {}){}",
             route.path,
             route.algorithm,
             route.limit,
             humantime::format_duration(route.window),
-            route.key
+            route.key,
+            if route.shadow { ", shadow" } else { "" }
         );
     }
     let first = config.routes.first().map_or("/", |r| r.path.as_str());

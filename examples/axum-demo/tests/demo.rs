@@ -254,3 +254,82 @@ fn a_bad_file_exits_non_zero_naming_the_field() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/redlimit.toml"));
     assert_eq!(run(&["--frobnicate"]).status.code(), Some(2));
 }
+
+/// The sum of `redlimit_decisions_total` samples of `policy` whose labels include `labels`,
+/// from the exposition at `address`, which must parse as Prometheus text.
+async fn decisions(address: SocketAddr, policy: &str, labels: &[(&str, &str)]) -> f64 {
+    let response = http_get(address, "/metrics", &[]).await;
+    assert_eq!(response.status, 200, "{response:?}");
+    let lines = response.body.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text");
+    let durations = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "redlimit_check_duration_seconds");
+    for sample in durations {
+        assert!(
+            matches!(sample.value, prometheus_parse::Value::Histogram(_)),
+            "round trips are a histogram: {sample:?}"
+        );
+    }
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "redlimit_decisions_total")
+        .filter(|s| s.labels.get("policy") == Some(policy))
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(n) | prometheus_parse::Value::Untyped(n) => n,
+            ref other => panic!("a counter: {other:?}"),
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_15_limited_of_20_requests_over_a_limit_of_5() {
+    let demo = Demo::start(&route("fixed_window", 5)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        statuses.push(http_get(demo.address, "/limited", &[]).await.status);
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 15);
+    let limited = decisions(demo.address, "limited", &[("outcome", "limited")]).await;
+    assert_eq!(limited, 15.0);
+    let all = decisions(demo.address, "limited", &[]).await;
+    assert_eq!(all, 20.0, "one decision per request");
+    let near = decisions(demo.address, "limited", &[("outcome", "near_limit")]).await;
+    assert_eq!(near, 2.0, "remaining 1 and 0 are within 20% of 5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_route_answers_every_request_and_counts_its_would_be_denials() {
+    let server = RedisServer::start();
+    let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = format!(
+        "redis_url = \"{}\"\nbudget = \"2s\"\nmetrics_listen = \"{metrics}\"\n{}shadow = true\n",
+        server.url(),
+        route("sliding_window_log", 3)
+    );
+    let demo = Demo::start(&config).await;
+    let mut last = None;
+    for _ in 0..10 {
+        let response = http_get(demo.address, "/limited", &[]).await;
+        assert_eq!(response.status, 200, "{response:?}");
+        last = Some(response);
+    }
+    let last = last.expect("ten responses");
+    assert!(
+        last.header("ratelimit")
+            .is_some_and(|v| v.contains(";r=0;")),
+        "the header stays truthful: {last:?}"
+    );
+    assert_eq!(
+        http_get(demo.address, "/metrics", &[]).await.status,
+        404,
+        "metrics are on metrics_listen only"
+    );
+    let shadow = decisions(metrics, "limited", &[("reason", "shadow")]).await;
+    assert_eq!(shadow, 7.0);
+    let outcome = decisions(metrics, "limited", &[("outcome", "limited")]).await;
+    assert_eq!(outcome, 7.0);
+}

@@ -64,8 +64,6 @@ struct Guard {
     blocks: Option<Arc<BlockCache>>,
     errors: Arc<ErrorLog>,
     metrics: Arc<Metrics>,
-    /// Allowed with at most this share of the limit left counts as near the limit.
-    near_share: f64,
     /// Dry run: a denial is reported and counted, and the request passes.
     shadow: bool,
 }
@@ -110,7 +108,7 @@ impl GuardedLimiter {
         let capacity = policies.iter().map(Policy::capacity).min().unwrap_or(0);
         let remote = limiter.backend().is_remote();
         let blocks = remote.then(|| Arc::new(BlockCache::default()));
-        let metrics = Arc::new(Metrics::new(&policies, DEFAULT_NEAR_SHARE));
+        let metrics = Arc::new(Metrics::new(&policies, remote, DEFAULT_NEAR_SHARE));
         let breakers = breakers(&limiter, &CircuitBreaker::default(), &metrics);
         Ok(Self {
             inner: Arc::new(Guard {
@@ -126,7 +124,6 @@ impl GuardedLimiter {
                 blocks,
                 errors: Arc::default(),
                 metrics,
-                near_share: DEFAULT_NEAR_SHARE,
                 shadow: false,
             }),
         })
@@ -179,8 +176,7 @@ impl GuardedLimiter {
     #[must_use]
     pub fn near_limit(mut self, share: f64) -> Self {
         let guard = self.settings();
-        guard.near_share = share;
-        guard.metrics = Arc::new(Metrics::new(&guard.policies, share));
+        guard.metrics = Arc::new(Metrics::new(&guard.policies, guard.remote, share));
         guard.breakers = breakers(&guard.limiter, &guard.breakers[0], &guard.metrics);
         self
     }

@@ -3,7 +3,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+use metrics::{
+    Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
 
 use crate::{Decision, ErrorKind, Policy, Reason};
 
@@ -56,10 +59,13 @@ const KINDS: [ErrorKind; ErrorKind::COUNT] = [
     ErrorKind::InvalidInput,
 ];
 
-/// Whether a decision of `reason` can be counted as `outcome`: only those series are
-/// registered, so an exposition shows no series that can never move.
-const fn possible(outcome: Outcome, reason: Reason) -> bool {
+/// Whether a decision of `reason` can be counted as `outcome` on a backend that is `remote`
+/// (Redis) or not (memory): only those series are registered, so an exposition shows no series
+/// that can never move.
+const fn possible(outcome: Outcome, reason: Reason, remote: bool) -> bool {
     match reason {
+        Reason::Memory if remote => false,
+        Reason::Redis | Reason::LocalBlock if !remote => false,
         Reason::Redis | Reason::Memory | Reason::Fallback => true,
         Reason::FailOpen => matches!(outcome, Outcome::Allowed),
         Reason::LocalBlock | Reason::FailClosed | Reason::Shadow => {
@@ -89,16 +95,18 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    /// Registers the series of a guard of `policies` with the recorder installed now; a
-    /// decision is near the limit when allowed with at most `near_share` of its limit left.
-    pub(crate) fn new(policies: &[Policy], near_share: f64) -> Self {
+    /// Registers the series of a guard of `policies` on a `remote` backend or not with the
+    /// recorder installed now; a decision is near the limit when allowed with at most
+    /// `near_share` of its limit left.
+    pub(crate) fn new(policies: &[Policy], remote: bool, near_share: f64) -> Self {
+        describe();
         let names: Vec<&str> = policies.iter().map(Policy::name).collect();
         let label: Arc<str> = names.join("+").into();
         let series = policies
             .iter()
             .map(|policy| PolicySeries {
                 near: near_threshold(policy.limit(), near_share),
-                decisions: decision_counters(policy.name()),
+                decisions: decision_counters(policy.name(), remote),
             })
             .collect();
         let guard = label.to_string();
@@ -151,11 +159,11 @@ impl Metrics {
     }
 }
 
-fn decision_counters(policy: &str) -> Vec<Counter> {
+fn decision_counters(policy: &str, remote: bool) -> Vec<Counter> {
     let mut counters = Vec::with_capacity(OUTCOMES.len() * REASONS.len());
     for outcome in OUTCOMES {
         for reason in REASONS {
-            counters.push(if possible(outcome, reason) {
+            counters.push(if possible(outcome, reason, remote) {
                 counter!(
                     DECISIONS,
                     "policy" => policy.to_owned(),
@@ -168,6 +176,25 @@ fn decision_counters(policy: &str) -> Vec<Counter> {
         }
     }
     counters
+}
+
+/// The series' help texts, for the exposition.
+fn describe() {
+    describe_counter!(
+        DECISIONS,
+        "Decisions by policy, outcome (allowed, near_limit, limited) and reason (the path that decided)"
+    );
+    describe_counter!(BACKEND_ERRORS, "Checks whose backend failed, by kind");
+    describe_counter!(
+        SERVICE_FAILURES,
+        "Server errors (5xx) of the protected service after an allowed check"
+    );
+    describe_histogram!(
+        CHECK_DURATION,
+        Unit::Seconds,
+        "The backend's round trip of a check, within the time budget"
+    );
+    describe_gauge!(CIRCUIT_OPEN, "1 while a circuit breaker is open, else 0");
 }
 
 /// `floor(limit × share)`, in `0..=limit`.
