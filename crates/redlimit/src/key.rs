@@ -138,6 +138,17 @@ impl KeyScheme {
 }
 
 impl KeyScheme {
+    /// A `SCAN` pattern matching `policy`'s keys for every client: prefix, policy name and
+    /// numbers hold no glob character, and a client's tag holds no `}`.
+    pub(crate) fn pattern(&self, policy: &Policy) -> String {
+        format!(
+            "{}:{}:{{*}}:{}",
+            self.prefix,
+            policy.name(),
+            policy.key_suffix()
+        )
+    }
+
     /// `client` as it stands in the hash tag: escaped text, or its keyed hash.
     fn push_tag(&self, out: &mut String, client: &str) {
         match &self.hash {

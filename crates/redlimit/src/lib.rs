@@ -107,6 +107,7 @@ mod decision;
 mod decisions;
 mod error;
 mod guard;
+mod inspection;
 mod key;
 mod key_table;
 mod limiter;
@@ -121,6 +122,7 @@ pub use self::{
     decisions::Decisions,
     error::{Error, ErrorKind},
     guard::{BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardedLimiter, Stats},
+    inspection::{Inspection, Scan},
     key::KeyScheme,
     limiter::Limiter,
     policy::{Algorithm, Policy, PolicyBuilder},

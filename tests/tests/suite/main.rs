@@ -7,6 +7,7 @@ mod concurrency;
 mod corrupt;
 mod failover;
 mod harness;
+mod inspect;
 mod layer_axum;
 mod layer_failures;
 mod layer_headers;

@@ -119,6 +119,21 @@ pub(crate) fn apply(state: &mut Option<State>, update: Update) {
 }
 
 impl State {
+    /// The state as field, value pairs named as the scripts store them in Redis.
+    pub(crate) fn fields(&self) -> Vec<(String, String)> {
+        let pairs: &[(&str, u64)] = match self {
+            Self::Window { start, count } => &[("s", *start), ("n", *count)],
+            Self::Log(entries) => &[("entries", entries.len() as u64)],
+            Self::Counter { window, prev, curr } => &[("w", *window), ("p", *prev), ("c", *curr)],
+            Self::Bucket { tokens, last } => &[("t", *tokens), ("l", *last)],
+            Self::Gcra { tat } => &[("tat", *tat)],
+        };
+        pairs
+            .iter()
+            .map(|(field, value)| ((*field).to_owned(), value.to_string()))
+            .collect()
+    }
+
     fn as_log_mut(&mut self) -> &mut VecDeque<u64> {
         match self {
             Self::Log(entries) => entries,

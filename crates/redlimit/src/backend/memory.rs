@@ -10,7 +10,7 @@ use crate::{
     key_table::{Expiring, KeyId, KeyTable},
 };
 
-use super::script::Answer;
+use super::script::{Answer, Inspected};
 
 const SHARDS: usize = 16;
 
@@ -186,6 +186,58 @@ impl MemoryBackend {
                 finish(policy, answer)
             })
             .collect()
+    }
+}
+
+impl MemoryBackend {
+    /// What `policy` holds for `client` at `now_us`, and the decision of `cost`, writing nothing.
+    pub(crate) fn inspect(
+        &self,
+        keys: &KeyScheme,
+        client: &str,
+        policy: &Policy,
+        cost: u64,
+        now_us: u64,
+    ) -> Inspected {
+        let client = self.ids.id(client);
+        let shard = self.shards[ClientIds::shard(client, SHARDS)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let entry = shard
+            .entries
+            .get(KeyIds::of(keys, policy, client))
+            .filter(|entry| entry.expires_at_us > now_us);
+        let state = entry.and_then(|entry| entry.state.as_ref());
+        let plan = algorithm::plan(policy, state, now_us, cost);
+        Inspected {
+            answer: Answer {
+                view: plan.before,
+                denial: plan.outcome.err(),
+            },
+            ttl_ms: entry.map(|entry| (entry.expires_at_us - now_us) / 1000),
+            state: state.map(State::fields).unwrap_or_default(),
+        }
+    }
+
+    /// Forgets what `policy` holds for `client`; whether it held anything live at `now_us`.
+    pub(crate) fn reset(
+        &self,
+        keys: &KeyScheme,
+        client: &str,
+        policy: &Policy,
+        now_us: u64,
+    ) -> bool {
+        let client = self.ids.id(client);
+        let mut shard = self.shards[ClientIds::shard(client, SHARDS)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = shard.entries.get_mut(KeyIds::of(keys, policy, client)) else {
+            return false;
+        };
+        let live = entry.expires_at_us > now_us && entry.state.is_some();
+        // Expired is absent: the slot is reused or swept like any other expired key.
+        *entry = Entry::default();
+        live
     }
 }
 

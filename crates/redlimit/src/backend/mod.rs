@@ -9,13 +9,14 @@ mod tls;
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
-use self::script::{Answer, Invocation};
+use self::script::{Answer, Inspected, Invocation};
 pub use self::{
     memory::{MemoryBackend, MemoryBackendBuilder},
     redis::{RedisBackend, RedisBackendBuilder},
 };
 use crate::{
-    Decision, Decisions, Error, KeyScheme, Policy, Reason, RetryAfter, Timestamp, algorithm::Denial,
+    Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Reason, RetryAfter, Timestamp,
+    algorithm::Denial,
 };
 
 /// Where a [`Limiter`](crate::Limiter) keeps its state.
@@ -156,6 +157,104 @@ impl Backend {
             }
         }
     }
+}
+
+/// How an operator's read of one key is named: by client (the backend computes the key), or by
+/// the Redis key a scan found.
+pub(crate) enum Target<'a> {
+    Client(&'a str),
+    Key(String),
+}
+
+impl Backend {
+    /// The reason decisions of this backend carry.
+    const fn reason(&self) -> Reason {
+        match self {
+            Self::Redis(_) => Reason::Redis,
+            Self::Memory(_) => Reason::Memory,
+        }
+    }
+
+    /// What `policy` holds for `target` and the decision a request of cost 1 would get, writing
+    /// nothing; with the Redis key it lives under.
+    pub(crate) async fn inspect(
+        &self,
+        keys: &KeyScheme,
+        policy: &Policy,
+        target: Target<'_>,
+    ) -> Result<(String, Decision, Inspected), Error> {
+        let inspected = match (self, &target) {
+            (Self::Memory(memory), Target::Client(client)) => {
+                memory.inspect(keys, client, policy, 1, Timestamp::now().as_micros())
+            }
+            (Self::Memory(_), Target::Key(_)) => return Err(no_key_names()),
+            (Self::Redis(redis), _) => {
+                let key = target.key(keys, policy);
+                let call = Invocation {
+                    policies: std::slice::from_ref(policy),
+                    keys: std::slice::from_ref(&key),
+                    cost: 1,
+                    now_us: None,
+                };
+                redis.inspect(call).await?
+            }
+        };
+        let decision = decision(policy, inspected.answer, self.reason());
+        Ok((target.key(keys, policy), decision, inspected))
+    }
+
+    /// Deletes what `policy` holds for `client`; whether it held anything.
+    pub(crate) async fn reset(
+        &self,
+        keys: &KeyScheme,
+        policy: &Policy,
+        client: &str,
+    ) -> Result<bool, Error> {
+        match self {
+            Self::Memory(memory) => {
+                Ok(memory.reset(keys, client, policy, Timestamp::now().as_micros()))
+            }
+            Self::Redis(redis) => {
+                let key = keys.key(policy, client);
+                redis.delete(Invocation::of_key(policy, &key)).await
+            }
+        }
+    }
+
+    /// The Redis keys of `policy`, by a `SCAN` of at most `max_calls` calls per primary: the
+    /// keys, the calls made, and whether the scan went through every key.
+    pub(crate) async fn scan(
+        &self,
+        keys: &KeyScheme,
+        policy: &Policy,
+        max_calls: u64,
+    ) -> Result<(Vec<String>, u64, bool), Error> {
+        match self {
+            Self::Memory(_) => Err(no_key_names()),
+            Self::Redis(redis) => {
+                let pattern = keys.pattern(policy);
+                redis
+                    .scan(Invocation::of_key(policy, &pattern), &pattern, max_calls)
+                    .await
+            }
+        }
+    }
+}
+
+impl Target<'_> {
+    fn key(&self, keys: &KeyScheme, policy: &Policy) -> String {
+        match self {
+            Self::Client(client) => keys.key(policy, client),
+            Self::Key(key) => key.clone(),
+        }
+    }
+}
+
+fn no_key_names() -> Error {
+    Error::new(
+        ErrorKind::InvalidInput,
+        "the memory backend keeps hashes of its keys, not their names: nothing to scan",
+    )
 }
 
 fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {

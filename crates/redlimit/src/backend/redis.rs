@@ -13,14 +13,14 @@ use std::{
 use deadpool_redis::{
     Runtime,
     redis::{
-        AsyncConnectionConfig, ErrorKind as RedisErrorKind, RedisError, ServerErrorKind,
-        aio::ConnectionLike,
+        AsyncConnectionConfig, Cmd, ErrorKind as RedisErrorKind, FromRedisValue, RedisError,
+        ServerErrorKind, aio::ConnectionLike,
     },
 };
 
 use super::{
     connection::{Conn, Held, Pools},
-    script::{self, Answer, Invocation, Scripts},
+    script::{self, Answer, Inspected, Invocation, Script, Scripts},
 };
 use crate::{ConfigError, Error, ErrorKind, redacted_url};
 
@@ -188,7 +188,8 @@ impl RedisBackend {
         let inner = &self.inner;
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
-            let mut reply = self.run(&call, &mut conn).await;
+            let script = inner.scripts.of(call.policies);
+            let mut reply = self.run::<Vec<i64>>(&call, script, &mut conn).await;
             if inner.repair && matches!(&reply, Err(err) if call.error_is_corrupt(err)) {
                 // Opted in: what cannot be read is deleted, and the check starts over.
                 let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
@@ -201,7 +202,7 @@ impl RedisBackend {
                         target: "redlimit",
                         "deleted a client's corrupt limiter state and checked again"
                     );
-                    reply = self.run(&call, &mut conn).await;
+                    reply = self.run(&call, script, &mut conn).await;
                 }
             }
             match reply {
@@ -214,7 +215,16 @@ impl RedisBackend {
                 }
             }
         };
-        match tokio::time::timeout(inner.budget, attempt).await {
+        self.within_budget(attempt).await
+    }
+
+    /// `attempt`, or a timeout once the budget is spent.
+    async fn within_budget<T>(
+        &self,
+        attempt: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let budget = self.inner.budget;
+        match tokio::time::timeout(budget, attempt).await {
             Ok(result) => result,
             Err(_) => {
                 // A check that hangs may be stuck behind a dead connection: take a fresh one next.
@@ -222,13 +232,152 @@ impl RedisBackend {
                 self.discard(generation);
                 Err(Error::new(
                     ErrorKind::Timeout,
-                    format!(
-                        "redis did not answer within its budget of {:?}",
-                        inner.budget
-                    ),
+                    format!("redis did not answer within its budget of {budget:?}"),
                 ))
             }
         }
+    }
+
+    /// Runs one command of the operator's tools (inspect, reset, scan) within the budget.
+    async fn query<T: FromRedisValue>(&self, what: &Invocation<'_>, cmd: &Cmd) -> Result<T, Error> {
+        self.within_budget(async {
+            let (mut conn, generation) = self.connection().await?;
+            cmd.query_async(&mut conn).await.map_err(|err| {
+                if err.is_unrecoverable_error() {
+                    self.discard(generation);
+                }
+                what.error(err)
+            })
+        })
+        .await
+    }
+
+    /// The state of `call`'s one key and the decision of its cost, writing nothing.
+    pub(crate) async fn inspect(&self, call: Invocation<'_>) -> Result<Inspected, Error> {
+        let script = self.inner.scripts.inspect();
+        let reply = self
+            .within_budget(async {
+                let (mut conn, _) = self.connection().await?;
+                self.run(&call, script, &mut conn)
+                    .await
+                    .map_err(|err| call.error(err))
+            })
+            .await?;
+        script::parse_inspected(reply)
+    }
+
+    /// Deletes `call`'s keys; whether any existed.
+    pub(crate) async fn delete(&self, call: Invocation<'_>) -> Result<bool, Error> {
+        let mut del = deadpool_redis::redis::cmd("DEL");
+        del.arg(call.keys);
+        let deleted: u64 = self.query(&call, &del).await?;
+        Ok(deleted > 0)
+    }
+
+    /// The keys matching `pattern`, by `SCAN` on every primary, at most `max_calls` calls per
+    /// primary; never `KEYS`. Returns the keys, the calls made, and whether every primary's
+    /// scan went all the way round.
+    pub(crate) async fn scan(
+        &self,
+        call: Invocation<'_>,
+        pattern: &str,
+        max_calls: u64,
+    ) -> Result<(Vec<String>, u64, bool), Error> {
+        let mut keys = Vec::new();
+        let mut calls = 0;
+        let mut complete = true;
+        for node in self.primaries(&call).await? {
+            let mut cursor = 0_u64;
+            for _ in 0..max_calls {
+                let mut scan = deadpool_redis::redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                let (next, found): (u64, Vec<String>) = self.query_node(&call, &scan, node).await?;
+                calls += 1;
+                keys.extend(found);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+            complete &= cursor == 0;
+        }
+        // SCAN may return a key twice (while the keyspace is rehashed).
+        keys.sort_unstable();
+        keys.dedup();
+        Ok((keys, calls, complete))
+    }
+
+    /// A slot of each primary, to route a node's commands by; `[0]` (unused) off a Cluster.
+    async fn primaries(&self, call: &Invocation<'_>) -> Result<Vec<u16>, Error> {
+        #[cfg(feature = "cluster")]
+        if self.is_cluster() {
+            // CLUSTER SLOTS: per range, its first slot, last slot, then its primary's node
+            // (an array beginning with host and port), then its replicas'.
+            use deadpool_redis::redis::Value;
+            let ranges: Vec<Vec<Value>> = self
+                .query_node(call, deadpool_redis::redis::cmd("CLUSTER").arg("SLOTS"), 0)
+                .await?;
+            let mut seen = Vec::new();
+            let mut firsts = Vec::new();
+            for range in ranges {
+                let (Some(first), Some(node)) = (range.first(), range.get(2)) else {
+                    continue;
+                };
+                let first = u16::from_redis_value_ref(first).map_err(|e| call.error(e.into()))?;
+                let primary: Vec<Value> =
+                    FromRedisValue::from_redis_value_ref(node).map_err(|e| call.error(e.into()))?;
+                let address: Vec<String> = primary
+                    .iter()
+                    .take(2)
+                    .map(|v| String::from_redis_value_ref(v).unwrap_or_default())
+                    .collect();
+                if !seen.contains(&address) {
+                    seen.push(address);
+                    firsts.push(first);
+                }
+            }
+            return Ok(firsts);
+        }
+        let _ = call;
+        Ok(vec![0])
+    }
+
+    /// Runs `cmd` on the primary owning `slot` (a Cluster), or on the server.
+    async fn query_node<T: FromRedisValue>(
+        &self,
+        call: &Invocation<'_>,
+        cmd: &Cmd,
+        slot: u16,
+    ) -> Result<T, Error> {
+        #[cfg(feature = "cluster")]
+        if self.is_cluster() {
+            use deadpool_redis::redis::cluster_routing::{
+                Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+            };
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                slot,
+                SlotAddr::Master,
+            )));
+            return self
+                .within_budget(async {
+                    let (conn, _) = self.connection().await?;
+                    let Conn::Cluster(mut conn) = conn else {
+                        unreachable!("a cluster's connection")
+                    };
+                    let reply = conn
+                        .route_command(cmd.clone(), routing)
+                        .await
+                        .map_err(|err| call.error(err))?;
+                    T::from_redis_value(reply).map_err(|err| call.error(err.into()))
+                })
+                .await;
+        }
+        let _ = slot;
+        self.query(call, cmd).await
     }
 
     /// How many times corrupt state was deleted; see [`RedisBackendBuilder::repair_corrupt_state`].
@@ -236,14 +385,14 @@ impl RedisBackend {
         self.inner.repairs.load(Ordering::Relaxed)
     }
 
-    /// The check's script by `EVALSHA`, or by `EVAL` on a node that lacks it.
-    async fn run(
+    /// `script` for `call` by `EVALSHA`, or by `EVAL` on a node that lacks it.
+    async fn run<T: FromRedisValue>(
         &self,
         call: &Invocation<'_>,
+        script: &Script,
         conn: &mut (impl ConnectionLike + Send),
-    ) -> Result<Vec<i64>, RedisError> {
-        let script = self.inner.scripts.of(call.policies);
-        let reply = call.evalsha(script).query_async::<Vec<i64>>(conn).await;
+    ) -> Result<T, RedisError> {
+        let reply = call.evalsha(script).query_async::<T>(conn).await;
         if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
         {
             return call.eval(script).query_async(conn).await;
@@ -258,7 +407,7 @@ impl RedisBackend {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn connection(&self) -> Result<(impl ConnectionLike + use<>, u64), Error> {
+    async fn connection(&self) -> Result<(Conn, u64), Error> {
         if let Some(held) = self.held() {
             return Ok(held);
         }
@@ -290,6 +439,10 @@ impl RedisBackend {
         }
     }
 }
+
+/// How many keys one `SCAN` call looks at: large enough that a million keys take a thousand
+/// calls, small enough that one call never blocks Redis for long.
+const SCAN_COUNT: u64 = 1_000;
 
 /// Builds a [`RedisBackend`]; see [`RedisBackend::builder`].
 #[derive(Debug, Clone)]

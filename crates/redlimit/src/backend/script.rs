@@ -51,16 +51,27 @@ pub(crate) const fn one_source(algorithm: Algorithm) -> &'static str {
     }
 }
 
+/// The prelude, every algorithm, and their dispatch by tag, followed by `$entry`.
+macro_rules! every {
+    ($entry:literal) => {
+        concat!(
+            include_str!("../../lua/prelude.lua"),
+            include_str!("../../lua/fixed_window.lua"),
+            include_str!("../../lua/sliding_window_log.lua"),
+            include_str!("../../lua/sliding_window_counter.lua"),
+            include_str!("../../lua/token_bucket.lua"),
+            include_str!("../../lua/gcra.lua"),
+            include_str!("../../lua/dispatch.lua"),
+            include_str!(concat!("../../lua/", $entry)),
+        )
+    };
+}
+
 /// The Lua source of the script checking several policies at once.
-pub(crate) const SEVERAL: &str = concat!(
-    include_str!("../../lua/prelude.lua"),
-    include_str!("../../lua/fixed_window.lua"),
-    include_str!("../../lua/sliding_window_log.lua"),
-    include_str!("../../lua/sliding_window_counter.lua"),
-    include_str!("../../lua/token_bucket.lua"),
-    include_str!("../../lua/gcra.lua"),
-    include_str!("../../lua/several.lua"),
-);
+pub(crate) const SEVERAL: &str = every!("several.lua");
+
+/// The Lua source of the script inspecting one policy's key without writing.
+const INSPECT: &str = every!("inspect.lua");
 
 /// The error code a script raises for a key it cannot read.
 const CORRUPT: &str = "REDLIMIT_CORRUPT";
@@ -96,6 +107,7 @@ pub(crate) struct Scripts {
     /// In the order of [`Algorithm::ALL`].
     one: [Script; Algorithm::ALL.len()],
     several: Script,
+    inspect: Script,
 }
 
 impl Scripts {
@@ -103,7 +115,13 @@ impl Scripts {
         Self {
             one: Algorithm::ALL.map(|algorithm| Script::new(one_source(algorithm))),
             several: Script::new(SEVERAL),
+            inspect: Script::new(INSPECT),
         }
+    }
+
+    /// The script that inspects one policy's key without writing.
+    pub(crate) fn inspect(&self) -> &Script {
+        &self.inspect
     }
 
     /// The script for a check of `policies`: the lean one for a single policy.
@@ -126,7 +144,17 @@ pub(crate) struct Invocation<'a> {
     pub(crate) now_us: Option<u64>,
 }
 
-impl Invocation<'_> {
+impl<'a> Invocation<'a> {
+    /// A command about one `key` of `policy` (a key name or a pattern), at Redis's time.
+    pub(crate) fn of_key(policy: &'a Policy, key: &'a String) -> Self {
+        Self {
+            policies: std::slice::from_ref(policy),
+            keys: std::slice::from_ref(key),
+            cost: 1,
+            now_us: None,
+        }
+    }
+
     /// `EVALSHA sha …`: the one command of a check at steady state.
     pub(crate) fn evalsha(&self, script: &Script) -> Cmd {
         self.command("EVALSHA", &script.sha1)
@@ -186,6 +214,33 @@ impl Invocation<'_> {
         };
         Error::new(kind, "redis").with_source(err)
     }
+}
+
+/// What the inspect script read: the decision of its cost (the quota as it is, nothing
+/// consumed), the key's time to live, and its state as field, value pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    pub(crate) answer: Answer,
+    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) state: Vec<(String, String)>,
+}
+
+/// Reads the inspect script's reply.
+pub(crate) fn parse_inspected(
+    reply: (i64, i64, i64, i64, i64, Vec<String>),
+) -> Result<Inspected, Error> {
+    let (allowed, remaining, reset, retry, pttl, state) = reply;
+    let answer = parse(&[allowed, remaining, reset, retry], 1)?.remove(0);
+    let mut fields = state.into_iter();
+    let mut pairs = Vec::new();
+    while let (Some(field), Some(value)) = (fields.next(), fields.next()) {
+        pairs.push((field, value));
+    }
+    Ok(Inspected {
+        answer,
+        ttl_ms: u64::try_from(pttl).ok(),
+        state: pairs,
+    })
 }
 
 /// Reads the script's reply: four integers per policy.

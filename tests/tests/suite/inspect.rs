@@ -1,0 +1,125 @@
+//! Inspect, reset and scan on every topology and on memory: reading writes nothing, resetting
+//! gives a full quota, scanning finds every key.
+
+use std::time::Duration;
+
+use redlimit::{Algorithm, Limiter, MemoryBackend, RedisBackend, RetryAfter};
+use redlimit_tests::{RedisCluster, RedisSentinel, RedisServer};
+
+use crate::support::policy;
+
+fn limiter(backend: RedisBackend) -> Limiter {
+    Limiter::new(backend)
+}
+
+/// Every algorithm at limit 3: after 2 requests an inspection sees 1 left, twice (it consumed
+/// nothing); after the 3rd a cost-1 request would be denied; a reset gives the quota back.
+async fn inspect_and_reset(name: &str, limiter: &Limiter) {
+    for algorithm in Algorithm::ALL {
+        let p = policy(algorithm, 3, 60_000, None);
+        let what = format!("{name} {algorithm}");
+        let client = "client {1}";
+        for _ in 0..2 {
+            assert!(limiter.check(&p, client, 1).await.expect("check").allowed);
+        }
+        for _ in 0..2 {
+            let seen = limiter.inspect(&p, client).await.expect("inspect");
+            assert!(seen.decision.allowed, "{what}");
+            assert_eq!(seen.decision.remaining, 1, "{what}: nothing consumed");
+            assert_eq!(seen.used(), 2, "{what}");
+            let ttl = seen.ttl.expect("a TTL");
+            // The sliding counter keeps the previous window's count: two windows.
+            assert!(
+                ttl > Duration::ZERO && ttl <= Duration::from_secs(120),
+                "{what}"
+            );
+            assert!(!seen.state.is_empty(), "{what}");
+            assert_eq!(seen.client(), "client%20%7B1%7D", "{what}: the escaped tag");
+        }
+        assert!(limiter.check(&p, client, 1).await.expect("check").allowed);
+        let full = limiter.inspect(&p, client).await.expect("inspect");
+        assert!(!full.decision.allowed, "{what}: a 4th would be denied");
+        assert!(
+            matches!(full.decision.retry_after, Some(RetryAfter::After(_))),
+            "{what}"
+        );
+        assert!(limiter.reset(&p, client).await.expect("reset"), "{what}");
+        assert!(!limiter.reset(&p, client).await.expect("reset"), "{what}");
+        let fresh = limiter.inspect(&p, client).await.expect("inspect");
+        assert_eq!(fresh.decision.remaining, 3, "{what}");
+        assert_eq!((fresh.ttl, fresh.state.len()), (None, 0), "{what}");
+        let other = policy(algorithm, 4, 60_000, None);
+        assert!(
+            limiter
+                .check(&other, client, 1)
+                .await
+                .expect("check")
+                .allowed
+        );
+        assert!(
+            limiter.check(&p, client, 1).await.expect("check").allowed,
+            "{what}: counts again from zero"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_reset_on_redis_and_memory() {
+    let server = RedisServer::start();
+    inspect_and_reset("redis", &server.limiter()).await;
+    inspect_and_reset("memory", &Limiter::new(MemoryBackend::default())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_reset_on_a_cluster_and_through_sentinel() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::cluster(cluster.urls())
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    inspect_and_reset("cluster", &limiter(backend)).await;
+    drop(cluster);
+    let sentinel = RedisSentinel::start();
+    let backend = RedisBackend::sentinel(sentinel.urls(), RedisSentinel::MASTER)
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    inspect_and_reset("sentinel", &limiter(backend)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_of_a_cluster_finds_every_key_on_every_primary() {
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::cluster(cluster.urls())
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let limiter = limiter(backend);
+    let p = policy(Algorithm::FixedWindow, 10, 3_600_000, None);
+    let unrelated = policy(Algorithm::FixedWindow, 11, 3_600_000, None);
+    for client in 0..300_u64 {
+        for _ in 0..=(client % 5) {
+            limiter
+                .check(&p, &format!("c{client}"), 1)
+                .await
+                .expect("check");
+        }
+        limiter.check(&unrelated, "x", 1).await.expect("check");
+    }
+    let scan = limiter.scan(&p, 100).await.expect("scan");
+    assert!(scan.complete);
+    assert_eq!(scan.keys.len(), 300);
+    assert!(
+        scan.calls >= 3,
+        "one scan per primary at least: {}",
+        scan.calls
+    );
+    let used: u64 = scan.keys.iter().map(redlimit::Inspection::used).sum();
+    assert_eq!(used, (0..300).map(|c| c % 5 + 1).sum::<u64>());
+    let memory = Limiter::new(MemoryBackend::default());
+    let refused = memory
+        .scan(&p, 1)
+        .await
+        .expect_err("memory has no key names");
+    assert!(refused.to_string().contains("nothing to scan"), "{refused}");
+}
