@@ -1,6 +1,6 @@
 //! An operator's view of the limiter's state: inspect a client, reset it, scan a policy's keys.
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use crate::{Decision, Error, ErrorKind, Limiter, Policy, backend::Target};
 
@@ -72,6 +72,9 @@ pub struct Scan {
     pub complete: bool,
 }
 
+/// The keys a scan found, the `SCAN` calls it made, and whether it saw every key.
+type ScanReply = Result<(Vec<String>, u64, bool), Error>;
+
 /// Keys inspected at once during a scan, over the shared connection.
 const INSPECTED_AT_ONCE: usize = 256;
 
@@ -103,7 +106,11 @@ impl Limiter {
     /// As [`check`](Self::check); [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
     /// on the memory backend, which keeps no key names.
     pub async fn scan(&self, policy: &Policy, max_calls: u64) -> Result<Scan, Error> {
-        let (names, calls, complete) = self.backend().scan(self.keys(), policy, max_calls).await?;
+        // Erased: the scan's future nests so deeply that laying out a caller's future would pass
+        // the compiler's default query depth.
+        let scan: Pin<Box<dyn Future<Output = ScanReply> + Send + '_>> =
+            Box::pin(self.backend().scan(self.keys(), policy, max_calls));
+        let (names, calls, complete) = scan.await?;
         let policy = Arc::new(policy.clone());
         let mut keys = Vec::with_capacity(names.len());
         for chunk in names.chunks(INSPECTED_AT_ONCE) {

@@ -2,6 +2,7 @@
 //!
 //! `app` builds the router, so tests can drive it without a socket.
 
+pub mod cli;
 pub mod config;
 mod metrics;
 

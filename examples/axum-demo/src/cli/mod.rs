@@ -1,0 +1,328 @@
+//! `redlimit`: an operator's tool against the Redis a demo configuration points at. It reads
+//! and resets clients' state, lists the busiest clients, and suggests limits from live
+//! traffic; `suggest` is advice and changes nothing.
+
+mod args;
+mod distribution;
+
+use std::{fmt::Write as _, time::Duration};
+
+use redlimit::{Inspection, Limiter, Policy, RetryAfter};
+use serde::Serialize;
+
+pub use self::{
+    args::{Args, Command},
+    distribution::Distribution,
+};
+use crate::{
+    Config,
+    config::{RedisUrl, Route, Store},
+};
+
+/// `redlimit --help`.
+pub const USAGE: &str = "usage:
+  redlimit inspect --config FILE --route PATH --client KEY [--redis URL]
+  redlimit reset   --config FILE --route PATH --client KEY [--redis URL]
+  redlimit check   --config FILE --route PATH --client KEY [--redis URL]
+  redlimit top     --config FILE --route PATH [--count N] [--scan-calls N] [--redis URL]
+  redlimit suggest --config FILE [--headroom X] [--scan-calls N] [--json] [--redis URL]
+
+FILE is redlimit-demo's TOML; its Redis (redis_url, redis_cluster or redis_sentinel) is used
+unless --redis names a standalone one. KEY is the client as the route keys it (an IP, a header's
+value). inspect consumes nothing; check consumes one request; reset deletes the client's state.
+top lists the clients closest to or over their limit (default 10), found by SCAN (at most
+--scan-calls calls of 1,000 keys per primary, default 1,000; never KEYS). suggest prints, per
+route, the distribution of per-client usage in live keys and p99 x headroom (default 1.5) as a
+suggested limit: advice only, it changes nothing.";
+
+/// Why the tool stopped: its message and exit status (2: the command line or the file, 1:
+/// Redis).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What went wrong.
+    pub message: String,
+    /// The exit status.
+    pub status: u8,
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        message: message.into(),
+        status: 2,
+    }
+}
+
+fn redis(error: &redlimit::Error) -> Failure {
+    Failure {
+        message: format!("redis: {error}"),
+        status: 1,
+    }
+}
+
+/// The operator's commands take their time: a scan is many round trips.
+const BUDGET: Duration = Duration::from_secs(5);
+
+/// Runs the command; what to print on success.
+///
+/// # Errors
+/// A bad command line or file (status 2), or a failing Redis (status 1).
+pub async fn run(args: &Args) -> Result<String, Failure> {
+    let config = config(args)?;
+    let limiter = crate::limiter(&config).map_err(|e| usage(e.to_string()))?;
+    if args.command == Command::Suggest {
+        return suggest(args, &config, &limiter).await;
+    }
+    let route = route(args, &config)?;
+    let policy = route.policy().map_err(|e| usage(e.to_string()))?;
+    let client = args.flag("--client").unwrap_or_default();
+    match args.command {
+        Command::Inspect => {
+            let seen = limiter
+                .inspect(&policy, client)
+                .await
+                .map_err(|e| redis(&e))?;
+            Ok(describe(&seen))
+        }
+        Command::Reset => {
+            let deleted = limiter
+                .reset(&policy, client)
+                .await
+                .map_err(|e| redis(&e))?;
+            Ok(if deleted {
+                format!("reset: {client}'s state on {} deleted\n", route.path)
+            } else {
+                format!("reset: nothing stored for {client} on {}\n", route.path)
+            })
+        }
+        Command::Check => {
+            let decision = limiter
+                .check(&policy, client, 1)
+                .await
+                .map_err(|e| redis(&e))?;
+            let verdict = if decision.allowed {
+                "allowed"
+            } else {
+                "denied"
+            };
+            Ok(format!(
+                "{verdict}: {} of {} remaining, full in {}{}\n",
+                decision.remaining,
+                decision.limit,
+                seconds(decision.reset_after),
+                retry(decision.retry_after)
+            ))
+        }
+        Command::Top => top(args, &policy, &limiter).await,
+        Command::Suggest => unreachable!("answered above"),
+    }
+}
+
+/// The file, with `--redis` in place of its store and the tool's budget.
+fn config(args: &Args) -> Result<Config, Failure> {
+    let path = args.flag("--config").unwrap_or_default();
+    let text = std::fs::read_to_string(path).map_err(|e| usage(format!("{path}: {e}")))?;
+    let mut config = Config::parse(&text).map_err(|e| usage(format!("{path}: {e}")))?;
+    if let Some(url) = args.flag("--redis") {
+        let url: RedisUrl = serde::Deserialize::deserialize(serde::de::value::StrDeserializer::<
+            serde::de::value::Error,
+        >::new(url))
+        .map_err(|e| usage(format!("--redis: {e}")))?;
+        config.redis_url = Some(url);
+        config.redis_cluster = None;
+        config.redis_sentinel = None;
+    }
+    if config.store().map_err(|e| usage(e.to_string()))? == Store::Memory {
+        return Err(usage(format!(
+            "{path}: no redis_url, redis_cluster or redis_sentinel, and no --redis: the \
+             in-memory backend lives in the demo's process, out of reach"
+        )));
+    }
+    config.budget = BUDGET;
+    Ok(config)
+}
+
+fn route<'a>(args: &Args, config: &'a Config) -> Result<&'a Route, Failure> {
+    let path = args.flag("--route").unwrap_or_default();
+    config
+        .routes
+        .iter()
+        .find(|r| r.path == path)
+        .ok_or_else(|| {
+            let paths: Vec<&str> = config.routes.iter().map(|r| r.path.as_str()).collect();
+            usage(format!(
+                "--route: no route {path:?}; the file has {}",
+                paths.join(", ")
+            ))
+        })
+}
+
+/// A wait for people: whole seconds rounded up (as `Retry-After`), or milliseconds below one.
+fn seconds(d: Duration) -> String {
+    let shown = if d < Duration::from_secs(1) {
+        Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    } else {
+        Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0))
+    };
+    humantime::format_duration(shown).to_string()
+}
+
+fn retry(retry: Option<RetryAfter>) -> String {
+    match retry {
+        Some(RetryAfter::After(wait)) => format!(", retry in {}", seconds(wait)),
+        Some(_) => ", never within this policy".to_owned(),
+        None => String::new(),
+    }
+}
+
+fn describe(seen: &Inspection) -> String {
+    let d = &seen.decision;
+    let state: Vec<String> = seen.state.iter().map(|(f, v)| format!("{f}={v}")).collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "key        {}", seen.key);
+    let _ = writeln!(
+        out,
+        "next       {}{}",
+        if d.allowed { "allowed" } else { "denied" },
+        retry(d.retry_after)
+    );
+    let _ = writeln!(out, "remaining  {} of {}", d.remaining, d.limit);
+    let _ = writeln!(out, "full in    {}", seconds(d.reset_after));
+    let _ = writeln!(
+        out,
+        "ttl        {}",
+        seen.ttl
+            .map_or_else(|| "none (no state)".to_owned(), seconds)
+    );
+    let _ = writeln!(
+        out,
+        "state      {}",
+        if state.is_empty() {
+            "none".to_owned()
+        } else {
+            state.join(" ")
+        }
+    );
+    out
+}
+
+async fn top(args: &Args, policy: &Policy, limiter: &Limiter) -> Result<String, Failure> {
+    let count: usize = args.number("--count", 10).map_err(usage)?;
+    let calls = args.number("--scan-calls", 1_000).map_err(usage)?;
+    let mut scan = limiter.scan(policy, calls).await.map_err(|e| redis(&e))?;
+    // Denied first, then the least remaining, then the most used.
+    scan.keys.sort_by_key(|k| {
+        (
+            k.decision.allowed,
+            k.decision.remaining,
+            std::cmp::Reverse(k.used()),
+        )
+    });
+    let mut out = format!(
+        "{} keys of policy {} in {} SCAN calls{}\n",
+        scan.keys.len(),
+        policy.name(),
+        scan.calls,
+        if scan.complete {
+            ""
+        } else {
+            " (stopped at --scan-calls: not every key was seen)"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} {:>12} {:>9}  {:<8} ttl",
+        "client", "used", "remaining", "next"
+    );
+    for key in scan.keys.iter().take(count) {
+        let d = &key.decision;
+        let _ = writeln!(
+            out,
+            "{:<40} {:>12} {:>9}  {:<8} {}",
+            key.client(),
+            format!("{}/{}", key.used(), d.limit),
+            d.remaining,
+            if d.allowed { "allowed" } else { "denied" },
+            key.ttl.map_or_else(String::new, seconds)
+        );
+    }
+    Ok(out)
+}
+
+/// One route's line of `suggest`.
+#[derive(Debug, Serialize)]
+struct Suggestion {
+    route: String,
+    policy: String,
+    limit: u64,
+    window_ms: u128,
+    scan_calls: u64,
+    complete: bool,
+    usage: Option<Distribution>,
+}
+
+async fn suggest(args: &Args, config: &Config, limiter: &Limiter) -> Result<String, Failure> {
+    let headroom: f64 = args.number("--headroom", 1.5).map_err(usage)?;
+    if !headroom.is_finite() || headroom <= 0.0 {
+        return Err(usage("--headroom: must be more than 0"));
+    }
+    let calls = args.number("--scan-calls", 1_000).map_err(usage)?;
+    let mut lines = Vec::new();
+    for route in &config.routes {
+        let policy = route.policy().map_err(|e| usage(e.to_string()))?;
+        let scan = limiter.scan(&policy, calls).await.map_err(|e| redis(&e))?;
+        let limited = scan.keys.iter().filter(|k| !k.decision.allowed).count();
+        let used = scan.keys.iter().map(Inspection::used).collect();
+        lines.push(Suggestion {
+            route: route.path.clone(),
+            policy: policy.name().to_owned(),
+            limit: policy.limit(),
+            window_ms: policy.window().as_millis(),
+            scan_calls: scan.calls,
+            complete: scan.complete,
+            usage: Distribution::of(used, limited, headroom),
+        });
+    }
+    if args.json {
+        let mut json = serde_json::to_string_pretty(&lines).map_err(|e| usage(e.to_string()))?;
+        json.push('\n');
+        return Ok(json);
+    }
+    let mut out = format!(
+        "{:<24} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>8} {:>7} {:>9}\n",
+        "route", "limit", "clients", "p50", "p90", "p99", "max", "limited", "window", "suggested"
+    );
+    for line in &lines {
+        let window = seconds(Duration::from_millis(
+            u64::try_from(line.window_ms).unwrap_or(u64::MAX),
+        ));
+        match &line.usage {
+            Some(u) => {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>7.1}% {:>7} {:>9}",
+                    line.route,
+                    line.limit,
+                    u.clients,
+                    u.p50,
+                    u.p90,
+                    u.p99,
+                    u.max,
+                    u.limited_share * 100.0,
+                    window,
+                    u.suggested_limit
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:>8} {:>8} {:>49}",
+                    line.route, line.limit, 0, "no live keys: nothing to suggest"
+                );
+            }
+        }
+    }
+    out.push_str(&format!(
+        "usage is requests in the current window (limit less remaining); suggested = p99 x {headroom}, rounded up. Advice only: nothing was changed.\n"
+    ));
+    Ok(out)
+}

@@ -1,0 +1,308 @@
+//! `redlimit` as operators run it, against real Redis servers: inspect, reset and check on a
+//! standalone server and a Cluster, top over 100,000 keys, suggest on a known distribution.
+
+use std::{
+    process::{Command, Output},
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use axum_demo::Config;
+use redlimit_tests::{RedisCluster, RedisServer, command_calls, http_get, serve};
+
+const CLI: &str = env!("CARGO_BIN_EXE_redlimit");
+
+/// A config file, removed on drop.
+struct File(std::path::PathBuf);
+
+impl File {
+    fn new(text: &str) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "redlimit-cli-{}-{}.toml",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&path, text).expect("writing a config");
+        Self(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 path")
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn cli(args: &[&str]) -> Output {
+    Command::new(CLI)
+        .args(args)
+        .output()
+        .expect("running redlimit")
+}
+
+/// Runs `redlimit` and returns its standard output, which it must exit 0 with.
+fn ok(args: &[&str]) -> String {
+    let output = cli(args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{args:?}: {stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+const ROUTES: &str = "[[route]]
+path = \"/api\"
+algorithm = \"fixed_window\"
+limit = 5
+window = \"1h\"
+key = \"header:x-api-key\"
+";
+
+/// check, inspect and reset of one client through the tool.
+fn inspect_check_reset(config: &str, redis: &[&str]) {
+    let with = |command: &str, client: &str| {
+        let mut args = vec![
+            command, "--config", config, "--route", "/api", "--client", client,
+        ];
+        args.extend_from_slice(redis);
+        ok(&args)
+    };
+    assert!(with("inspect", "k1").contains("remaining  5 of 5"));
+    assert!(with("inspect", "k1").contains("state      none"));
+    for left in [4, 3, 2] {
+        let checked = with("check", "k1");
+        assert!(
+            checked.starts_with(&format!("allowed: {left} of 5 remaining")),
+            "{checked}"
+        );
+    }
+    let seen = with("inspect", "k1");
+    assert!(seen.contains("remaining  2 of 5"), "{seen}");
+    assert!(seen.contains("next       allowed"), "{seen}");
+    assert!(seen.contains("key        redlimit:api:{k1}:fw:"), "{seen}");
+    assert!(seen.contains(" n=3"), "{seen}");
+    assert!(
+        with("inspect", "k1").contains("remaining  2 of 5"),
+        "inspect consumes nothing"
+    );
+    assert!(with("reset", "k1").contains("deleted"));
+    assert!(with("reset", "k1").contains("nothing stored"));
+    assert!(with("inspect", "k1").contains("remaining  5 of 5"));
+    assert!(with("check", "k2").starts_with("allowed: 4 of 5"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_check_reset_and_top_on_a_standalone_server() {
+    let server = RedisServer::start();
+    let file = File::new(ROUTES);
+    let url = server.url();
+    inspect_check_reset(file.path(), &["--redis", &url]);
+
+    let top = ok(&[
+        "top",
+        "--config",
+        file.path(),
+        "--route",
+        "/api",
+        "--redis",
+        &url,
+    ]);
+    assert!(
+        top.starts_with("1 keys of policy api in 1 SCAN calls\n"),
+        "{top}"
+    );
+    assert!(top.contains("k2") && top.contains("1/5"), "{top}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_on_100_000_keys_takes_a_bounded_number_of_scans_and_no_keys() {
+    let server = RedisServer::start();
+    let file = File::new(&format!(
+        "redis_url = \"{}\"\nbudget = \"5s\"\n{}",
+        server.url(),
+        ROUTES.replace("limit = 5", "limit = 100")
+    ));
+    let config =
+        Config::parse(&std::fs::read_to_string(file.path()).expect("read")).expect("a valid file");
+    let limiter = axum_demo::limiter(&config).expect("a limiter");
+    let policy = config.routes[0].policy().expect("a policy");
+    // 100,000 clients; "hot-N" has used N of its 100.
+    let mut tasks = tokio::task::JoinSet::new();
+    for part in 0..50_u64 {
+        let (limiter, policy) = (limiter.clone(), policy.clone());
+        tasks.spawn(async move {
+            for i in (part..100_000).step_by(50) {
+                let (client, cost) = match i {
+                    0..95 => (format!("hot-{}", i + 1), i + 1),
+                    _ => (format!("c{i}"), 1 + i % 3),
+                };
+                let decision = limiter.check(&policy, &client, cost).await.expect("check");
+                assert!(decision.allowed);
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("a filling task");
+    }
+    let before = command_calls(&mut server.connection());
+    let top = ok(&[
+        "top",
+        "--config",
+        file.path(),
+        "--route",
+        "/api",
+        "--count",
+        "3",
+    ]);
+    let after = command_calls(&mut server.connection());
+    let calls = |name: &str| {
+        after.get(name).map_or(0, |s| s.calls) - before.get(name).map_or(0, |s| s.calls)
+    };
+    let scans = calls("scan");
+    assert!(
+        top.starts_with(&format!(
+            "100000 keys of policy api in {scans} SCAN calls\n"
+        )),
+        "{top}"
+    );
+    assert!(
+        (100..=150).contains(&scans),
+        "100,000 keys at 1,000 a call: {scans}"
+    );
+    assert_eq!(calls("keys"), 0, "never KEYS");
+    let rows: Vec<&str> = top.lines().skip(2).collect();
+    assert_eq!(rows.len(), 3, "{top}");
+    for (row, hot) in rows.iter().zip(["hot-95", "hot-94", "hot-93"]) {
+        assert!(row.starts_with(hot), "{row} should be {hot}");
+    }
+    assert!(rows[0].contains("95/100"), "{}", rows[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_check_reset_and_top_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let file = File::new(&format!("redis_cluster = [{}]\n{ROUTES}", urls.join(", ")));
+    inspect_check_reset(file.path(), &[]);
+    for client in ["a", "b", "c", "d", "e", "f"] {
+        ok(&[
+            "check",
+            "--config",
+            file.path(),
+            "--route",
+            "/api",
+            "--client",
+            client,
+        ]);
+    }
+    let top = ok(&["top", "--config", file.path(), "--route", "/api"]);
+    assert!(top.starts_with("7 keys of policy api in "), "{top}");
+    for client in ["k2", "a", "f"] {
+        assert!(top.contains(&format!("\n{client} ")), "{client}: {top}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suggest_reports_the_p99_of_a_known_distribution_driven_through_the_demo() {
+    let server = RedisServer::start();
+    let file = File::new(&format!(
+        "redis_url = \"{}\"\nbudget = \"5s\"\n{}",
+        server.url(),
+        ROUTES.replace("limit = 5", "limit = 50")
+    ));
+    let config =
+        Config::parse(&std::fs::read_to_string(file.path()).expect("read")).expect("a valid file");
+    let address = serve(axum_demo::app(&config).expect("the demo's app")).await;
+    // 120 clients; client i sends 1 + (37 i mod 30) requests.
+    let mut sent: Vec<u64> = (0..120_u64).map(|i| 1 + (37 * i) % 30).collect();
+    for (i, n) in sent.iter().enumerate() {
+        let key = format!("client-{i}");
+        for _ in 0..*n {
+            let response = http_get(address, "/api", &[("x-api-key", &key)]).await;
+            assert_eq!(response.status, 200, "{response:?}");
+        }
+    }
+    sent.sort_unstable();
+    let true_p99 = sent[(sent.len() * 99).div_ceil(100) - 1];
+
+    let json = ok(&["suggest", "--config", file.path(), "--json"]);
+    let parsed: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let usage = &parsed[0]["usage"];
+    let p99 = usage["p99"].as_u64().expect("a p99");
+    assert!(p99.abs_diff(true_p99) <= 1, "p99 {p99}, true {true_p99}");
+    assert_eq!(usage["clients"], 120);
+    assert_eq!(usage["max"].as_u64(), sent.last().copied());
+    assert_eq!(usage["limited_share"], 0.0);
+    let suggested = usage["suggested_limit"].as_u64().expect("a suggestion");
+    assert_eq!(suggested, (p99 * 3).div_ceil(2), "p99 x 1.5, rounded up");
+
+    let table = ok(&["suggest", "--config", file.path()]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("/api "))
+        .expect("a row for /api");
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(columns[2], "120", "{row}");
+    assert_eq!(columns[5], p99.to_string(), "{row}");
+    assert!(table.contains("Advice only"), "{table}");
+}
+
+#[test]
+fn mistakes_exit_2_naming_what_is_wrong() {
+    let memory = File::new(ROUTES);
+    for (args, says) in [
+        (vec!["frob"], "unknown command"),
+        (
+            vec!["top", "--config", "/nonexistent.toml", "--route", "/api"],
+            "/nonexistent.toml",
+        ),
+        (
+            vec!["top", "--config", memory.path(), "--route", "/api"],
+            "no redis_url",
+        ),
+        (
+            vec![
+                "top",
+                "--config",
+                memory.path(),
+                "--route",
+                "/nope",
+                "--redis",
+                "redis://127.0.0.1:1",
+            ],
+            "--route: no route \"/nope\"",
+        ),
+        (
+            vec![
+                "suggest",
+                "--config",
+                memory.path(),
+                "--redis",
+                "redis://127.0.0.1:1",
+                "--headroom",
+                "0",
+            ],
+            "--headroom",
+        ),
+    ] {
+        let output = cli(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let down = cli(&[
+        "top",
+        "--config",
+        memory.path(),
+        "--route",
+        "/api",
+        "--redis",
+        "redis://:hunter2@127.0.0.1:1",
+    ]);
+    let stderr = String::from_utf8_lossy(&down.stderr);
+    assert_eq!(down.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("redlimit: redis:"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "no password: {stderr}");
+}
