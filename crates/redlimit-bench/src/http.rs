@@ -4,6 +4,7 @@
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Instant};
 
 use axum::{Router, ServiceExt, extract::Request, response::Response, routing::get};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend};
 use redlimit_tests::{command_calls, commands_sent};
 use tokio::{
@@ -56,17 +57,21 @@ impl KeyExtractor for ClientHeader {
     }
 }
 
-/// Serves the apps on the server runtime; returns their names and addresses.
+/// Serves the apps on the server runtime; returns their names and addresses, and the handle
+/// of the metrics recorder the last contender counts into.
 ///
 /// `http_memory` and `http_redis` put the layer in front of the router, as a limit on the whole
 /// app is applied, so they measure the limiter. `http_memory_routes` adds it with
 /// `Router::layer`, which wraps and boxes every route once more: axum's cost of any layer on top.
+/// Every guard registers its metrics with the recorder in force when it is built: those built
+/// before the Prometheus recorder is installed count into no recorder (the facade's no-op),
+/// `http_memory_metrics`, built after, into it.
 pub(crate) fn start_servers(
     server: &tokio::runtime::Runtime,
     url: &str,
-) -> Vec<(&'static str, SocketAddr)> {
+) -> (Vec<(&'static str, SocketAddr)>, PrometheusHandle) {
     let memory = || Limiter::new(MemoryBackend::default());
-    vec![
+    let mut servers = vec![
         ("http_bare", serve(server, hello())),
         ("http_memory", serve(server, limit(memory()).layer(hello()))),
         (
@@ -85,7 +90,25 @@ pub(crate) fn start_servers(
             "http_memory_routes",
             serve(server, hello().layer(limit(memory()))),
         ),
-    ]
+    ];
+    let recorder = PrometheusBuilder::new()
+        .install_recorder()
+        .expect("no other metrics recorder in the bench");
+    servers.push((
+        "http_memory_metrics",
+        serve(server, limit(memory()).layer(hello())),
+    ));
+    (servers, recorder)
+}
+
+/// The decisions `recorder` counted, from its Prometheus exposition.
+pub(crate) fn decisions_recorded(recorder: &PrometheusHandle) -> u64 {
+    recorder
+        .render()
+        .lines()
+        .filter(|line| line.starts_with("redlimit_decisions_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// `app` behind tower_governor with the same limit (100 per 60 s per client: one replenished

@@ -10,6 +10,12 @@
 //! [`FailurePolicy`] for when Redis fails, a [`CircuitBreaker`], a [`BlockCache`] that keeps
 //! floods of denied requests off Redis, and [`Stats`].
 //!
+//! For operators: a [`GuardedLimiter`] reports every decision through the
+//! [`metrics`](https://docs.rs/metrics) facade and a `tracing` span per check (see its
+//! [metrics table](GuardedLimiter#metrics)), and can run in [shadow](GuardedLimiter::shadow)
+//! (dry-run) mode; [`Limiter::inspect`], [`Limiter::reset`] and [`Limiter::scan`] read, clear and
+//! survey clients' state.
+//!
 //! To limit an HTTP or gRPC service, put a guarded limiter in
 //! [tower-redlimit](https://docs.rs/tower-redlimit)'s `RateLimitLayer`.
 //!

@@ -47,7 +47,12 @@
 //!   `X-RateLimit-*` ([`HeaderStyle`]). Denied: `429 Too Many Requests` with `Retry-After`
 //!   (`503` when the limiter failed closed), or gRPC's `RESOURCE_EXHAUSTED`, without calling
 //!   the service; see [`RateLimitLayer::rejection`] and [`Rejected`]. The limiter adds its
-//!   headers only where the response has none of its own.
+//!   headers only where the response has none of its own. On a denial each denying policy's
+//!   `t` is its own wait, so it matches `Retry-After`; an answer of the failure policy's open or
+//!   closed mode carries no rate-limit headers, since no quota was checked.
+//! - **Counts.** A `5xx` from the service after an allowed check is counted by
+//!   [`GuardedLimiter::service_failed`](redlimit::GuardedLimiter::service_failed), beside the
+//!   guard's decisions (see its metrics).
 //!
 //! Responses keep the service's own body type: any `Default` body works (axum's, tonic's,
 //! `Full<Bytes>`, boxed bodies, tower-http's compression body), in front of a router or behind

@@ -40,6 +40,30 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
+///
+/// # Metrics
+///
+/// Through the [`metrics`](https://docs.rs/metrics) facade; the series are registered with the
+/// recorder in force when the guard is built (install yours first), so a check costs an atomic
+/// increment per series. No label holds a client key.
+///
+/// | name | type | labels | what |
+/// |---|---|---|---|
+/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](Self::near_limit) of the limit left) or `limited`; `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through |
+/// | `redlimit_backend_errors_total` | counter | `policy`, `kind` | checks whose backend failed, by [`ErrorKind::as_str`] |
+/// | `redlimit_service_failures_total` | counter | `policy` | see [`service_failed`](Self::service_failed) |
+/// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |
+/// | `redlimit_circuit_open` | gauge | `policy`, `circuit` | 1 while a circuit is open, else 0; `circuit` is `0`, or a Cluster's slot range such as `0-255` |
+///
+/// `policy` is the policy's name on decisions, and the guard's policy names joined by `+` on
+/// the series of a whole check.
+///
+/// # Tracing
+///
+/// Each check is a `debug` span `redlimit.check` (target `redlimit`) with `policies`, `cost`,
+/// `client` (a short hash keyed per process, never the client's text), `reason` and `allowed`;
+/// each denial is a `debug` event in it, and backend errors are `warn` events, at most once per
+/// distinct error per 5 s.
 #[derive(Clone)]
 pub struct GuardedLimiter {
     inner: Arc<Guard>,
