@@ -116,16 +116,23 @@ async fn inspect_check_reset_and_top_on_a_standalone_server() {
     assert!(top.contains("k2") && top.contains("1/5"), "{top}");
 }
 
+/// A config file of [`ROUTES`] with `limit`, on `server`, and its parsed form.
+fn on_server(server: &RedisServer, limit: u64) -> (File, Config) {
+    let text = format!(
+        "redis_url = \"{}\"\nbudget = \"5s\"\n{}",
+        server.url(),
+        ROUTES.replace("limit = 5", &format!("limit = {limit}"))
+    );
+    (
+        File::new(&text),
+        Config::parse(&text).expect("a valid file"),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_on_100_000_keys_takes_a_bounded_number_of_scans_and_no_keys() {
     let server = RedisServer::start();
-    let file = File::new(&format!(
-        "redis_url = \"{}\"\nbudget = \"5s\"\n{}",
-        server.url(),
-        ROUTES.replace("limit = 5", "limit = 100")
-    ));
-    let config =
-        Config::parse(&std::fs::read_to_string(file.path()).expect("read")).expect("a valid file");
+    let (file, config) = on_server(&server, 100);
     let limiter = axum_demo::limiter(&config).expect("a limiter");
     let policy = config.routes[0].policy().expect("a policy");
     // 100,000 clients; "hot-N" has used N of its 100.
@@ -207,13 +214,7 @@ async fn inspect_check_reset_and_top_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suggest_reports_the_p99_of_a_known_distribution_driven_through_the_demo() {
     let server = RedisServer::start();
-    let file = File::new(&format!(
-        "redis_url = \"{}\"\nbudget = \"5s\"\n{}",
-        server.url(),
-        ROUTES.replace("limit = 5", "limit = 50")
-    ));
-    let config =
-        Config::parse(&std::fs::read_to_string(file.path()).expect("read")).expect("a valid file");
+    let (file, config) = on_server(&server, 50);
     let address = serve(axum_demo::app(&config).expect("the demo's app")).await;
     // 120 clients; client i sends 1 + (37 i mod 30) requests.
     let mut sent: Vec<u64> = (0..120_u64).map(|i| 1 + (37 * i) % 30).collect();

@@ -12,6 +12,14 @@ use redlimit_tests::RedisServer;
 
 use crate::support::{keyed_app, policy, send};
 
+/// A guard whose series count into a recorder of its own (a guard registers them with the
+/// recorder in force when it is built), and that recorder's snapshots.
+fn recorded(build: impl FnOnce() -> GuardedLimiter) -> (GuardedLimiter, Snapshotter) {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    (metrics::with_local_recorder(&recorder, build), snapshotter)
+}
+
 /// One value per series: counters and gauges as numbers, histograms as their sample count.
 fn values(snapshotter: &Snapshotter) -> Vec<(CompositeKey, f64)> {
     snapshotter
@@ -50,10 +58,7 @@ fn value(all: &[(CompositeKey, f64)], name: &str, labels: &[(&str, &str)]) -> f6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_counter_of_a_known_sequence_has_its_exact_value() {
     let server = RedisServer::start();
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    // The guard registers its series with the recorder in force when it is built.
-    let guard = metrics::with_local_recorder(&recorder, || {
+    let (guard, snapshotter) = recorded(|| {
         GuardedLimiter::new(
             server.limiter(),
             [policy(Algorithm::FixedWindow, 5, 3_600_000, None)],
@@ -159,9 +164,7 @@ async fn every_counter_of_a_known_sequence_has_its_exact_value() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_lets_would_be_denials_pass_and_counts_them() {
     let server = RedisServer::start();
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let guard = metrics::with_local_recorder(&recorder, || {
+    let (guard, snapshotter) = recorded(|| {
         GuardedLimiter::new(
             server.limiter(),
             [policy(Algorithm::SlidingWindowLog, 3, 60_000, None)],
