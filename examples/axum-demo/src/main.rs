@@ -68,7 +68,10 @@ async fn main() -> ExitCode {
     };
     let address = listener.local_addr().unwrap_or(config.listen);
     let router = match config.metrics_listen {
-        None => router.merge(metrics),
+        None => {
+            println!("redlimit-demo: metrics on http://{address}/metrics");
+            router.merge(metrics)
+        }
         Some(at) => match tokio::net::TcpListener::bind(at).await {
             Ok(listener) => {
                 println!("redlimit-demo: metrics on http://{at}/metrics");
