@@ -2,6 +2,8 @@
 //! redis-rs baseline on the same Redis, in one run. Prints a table per mode and one JSON line per
 //! contender. Without `--redis URL` it starts its own `redis-server` on a free loopback port.
 
+mod accuracy;
+mod accuracy_chart;
 mod decisions;
 mod drive;
 mod flood;
@@ -15,8 +17,10 @@ use std::process::ExitCode;
 use redlimit_tests::RedisServer;
 
 const USAGE: &str =
-    "usage: redlimit-bench [--mode all|decisions|saturate|http|flood|memory] [--redis URL]
-  [--decisions N] [--concurrency C] [--keys K] [--rounds R] [--workers W]
+    "usage: redlimit-bench [--mode all|decisions|saturate|http|flood|memory|accuracy]
+  [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R] [--workers W]
+  [--chart PATH]
+accuracy (not part of all) needs no Redis and draws its SVG to PATH (docs/accuracy.svg);
 defaults: all modes, N = 200000, C = 64, K = 10000, R = 24 rounds, W = 1 tokio worker,
 limit 100 per 60 s, and a redis-server of its own";
 
@@ -24,6 +28,8 @@ limit 100 per 60 s, and a redis-server of its own";
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     mode: String,
+    /// Where `--mode accuracy` draws its picture.
+    chart: String,
     redis: Option<String>,
     pub(crate) decisions: usize,
     pub(crate) concurrency: usize,
@@ -36,6 +42,7 @@ impl Settings {
     fn parse(args: &[String]) -> Result<Self, String> {
         let mut settings = Self {
             mode: "all".to_owned(),
+            chart: "docs/accuracy.svg".to_owned(),
             redis: None,
             decisions: 200_000,
             concurrency: 64,
@@ -61,11 +68,20 @@ impl Settings {
                 "--keys" => settings.keys = number()?,
                 "--rounds" => settings.rounds = number()?,
                 "--workers" => settings.workers = number()?,
+                "--chart" => settings.chart = value.clone(),
                 _ => return Err(format!("unknown option {flag}")),
             }
         }
-        if !["all", "decisions", "saturate", "http", "flood", "memory"]
-            .contains(&settings.mode.as_str())
+        if ![
+            "all",
+            "decisions",
+            "saturate",
+            "http",
+            "flood",
+            "memory",
+            "accuracy",
+        ]
+        .contains(&settings.mode.as_str())
         {
             return Err(format!("--mode: {:?} is not a mode", settings.mode));
         }
@@ -90,6 +106,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if settings.mode == "accuracy" {
+        return accuracy(&settings.chart);
+    }
     let own_server = settings.redis.is_none().then(RedisServer::start);
     let url = settings
         .redis
@@ -177,4 +196,27 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `--mode accuracy`: the table, and the picture at `chart`.
+fn accuracy(chart: &str) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a tokio runtime");
+    let (phases, outcomes, summaries) = runtime.block_on(accuracy::run());
+    let requests = outcomes.first().map_or(0, |o| o.admitted.len());
+    accuracy::print(&phases, &summaries, requests);
+    if let Some(folder) = std::path::Path::new(chart).parent() {
+        let _ = std::fs::create_dir_all(folder);
+    }
+    match accuracy_chart::draw(chart, &phases, &outcomes) {
+        Ok(()) => {
+            println!("accuracy: drawn to {chart}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("redlimit-bench: drawing {chart}: {message}");
+            ExitCode::from(1)
+        }
+    }
 }
