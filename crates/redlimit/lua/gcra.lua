@@ -6,7 +6,9 @@ local function gcra_quota(interval, tolerance, tat, now_us)
   return div(max(tolerance - (tat - now_us), 0), interval), ceil_div(tat - now_us, 1000)
 end
 
-local function gcra(key, limit, window, burst, now_us, cost)
+-- GCRA admitting a request whose slot is at most slack_us away. Admitted: retry is the wait in
+-- ms until its slot (-1 without slack); denied: the wait until its slot is within slack_us.
+local function gcra_within(key, limit, window, burst, now_us, cost, slack_us)
   local interval = ceil_div(window * 1000, limit)
   local tolerance = burst * interval
   local tat = max(int(key, redis.call('GET', key)) or now_us, now_us)
@@ -14,10 +16,24 @@ local function gcra(key, limit, window, burst, now_us, cost)
   local new_tat = tat + cost * interval
   if cost > burst then
     return 0, remaining, reset, NEVER
-  elseif new_tat - now_us > tolerance then
-    return 0, remaining, reset, ceil_div(new_tat - tolerance - now_us, 1000)
+  elseif new_tat - now_us > tolerance + slack_us then
+    return 0, remaining, reset, ceil_div(new_tat - tolerance - slack_us - now_us, 1000)
   end
-  return 1, remaining, reset, -1, new_tat, interval, tolerance
+  local wait = -1
+  if slack_us > 0 then
+    wait = ceil_div(max(new_tat - tolerance - now_us, 0), 1000)
+  end
+  return 1, remaining, reset, wait, new_tat, interval, tolerance
+end
+
+local function gcra(key, limit, window, burst, now_us, cost)
+  return gcra_within(key, limit, window, burst, now_us, cost, 0)
+end
+
+-- Delay mode (gcra with max_delay): ARGV[7] is the longest wait in ms. Only in the script of one
+-- policy, whose arguments end there.
+local function gcra_delay(key, limit, window, burst, now_us, cost)
+  return gcra_within(key, limit, window, burst, now_us, cost, tonumber(ARGV[7]) * 1000)
 end
 
 local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance)

@@ -72,6 +72,13 @@ pub enum ConfigError {
         /// The repeated value.
         value: String,
     },
+    /// A setting that cannot be combined with another.
+    Conflict {
+        /// The field's name.
+        field: &'static str,
+        /// What it cannot be combined with.
+        with: &'static str,
+    },
     /// A Redis URL or connection setting was rejected.
     Redis {
         /// The field's name.
@@ -99,6 +106,7 @@ impl fmt::Display for ConfigError {
             ),
             Self::UnknownValue { field, value } => write!(f, "{field} {value:?} is not known"),
             Self::Duplicate { field, value } => write!(f, "{field} has {value:?} twice"),
+            Self::Conflict { field, with } => write!(f, "{field} cannot be combined with {with}"),
             Self::Redis { field, message } => write!(f, "{field}: {message}"),
         }
     }

@@ -19,6 +19,9 @@ pub struct Decision {
     /// Set only when denied (or, with [`Reason::Shadow`], when it would have been): how long until a request of the same cost could pass, or
     /// [`RetryAfter::Never`] when the cost is larger than the policy ever grants.
     pub retry_after: Option<RetryAfter>,
+    /// Delay mode (see [`PolicyBuilder::max_delay`](crate::PolicyBuilder::max_delay)): how
+    /// long an admitted request must wait for its slot before it is served; zero otherwise.
+    pub delay: Duration,
     /// The policy's name.
     pub policy: Arc<str>,
     /// Which path decided.

@@ -92,6 +92,16 @@ impl Decisions {
         longest.map(RetryAfter::After)
     }
 
+    /// Delay mode: how long the request must wait before it is served, the longest of the
+    /// policies' [`Decision::delay`]; zero when it is served at once (or denied).
+    pub fn delay(&self) -> Duration {
+        self.items
+            .iter()
+            .map(|d| d.delay)
+            .max()
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// Why the failure policy answered instead of the backend, when a
     /// [`GuardedLimiter`](crate::GuardedLimiter)'s backend failed. `None` when the backend
     /// decided, or when a failure reason shows with no error: the circuit was open.

@@ -127,7 +127,9 @@ pub use self::{
     decision::{Decision, Reason, RetryAfter},
     decisions::Decisions,
     error::{Error, ErrorKind},
-    guard::{BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardedLimiter, Stats},
+    guard::{
+        BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardedLimiter, Stats, Waiting,
+    },
     inspection::{Inspection, Scan},
     key::KeyScheme,
     limiter::Limiter,

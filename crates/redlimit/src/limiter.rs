@@ -177,5 +177,16 @@ fn validate(policies: &[Policy]) -> Result<(), Error> {
             format!("policy {:?} is checked twice", twice.name()),
         ));
     }
+    if let Some(delayed) = policies.iter().find(|p| p.max_delay().is_some())
+        && policies.len() > 1
+    {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "policy {:?} is in delay mode and is checked alone",
+                delayed.name()
+            ),
+        ));
+    }
     Ok(())
 }

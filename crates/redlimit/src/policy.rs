@@ -7,6 +7,8 @@ pub(crate) const MAX_EXACT: u64 = 1 << 53;
 /// GCRA keeps `burst × emission interval` in microseconds beside the current time; 2^50 µs is
 /// about 35 years, which leaves room for the clock without leaving the exact range.
 const MAX_GCRA_TOLERANCE_US: u64 = 1 << 50;
+/// The longest [`PolicyBuilder::max_delay`]: a waiting request holds a connection and memory.
+const MAX_DELAY_MS: u64 = 3_600_000;
 /// The sliding log stores one sorted-set member per admitted request, and a check may add as
 /// many as its cost (at most the limit) in one script run: 10,000 keeps that run to a few tens
 /// of milliseconds and the key near 1.3 MB (a cost of 1,000,000 blocked Redis for 3–4 s).
@@ -138,7 +140,9 @@ struct PolicyInner {
     fingerprint: u128,
     /// The script's arguments for this policy (algorithm tag, limit, window, burst), written
     /// once here rather than on every check.
-    script_args: [String; 4],
+    script_args: Box<[String]>,
+    /// Delay mode (GCRA only): the longest a request may wait for its slot; 0 rejects instead.
+    max_delay_ms: u64,
 }
 
 impl Policy {
@@ -150,6 +154,7 @@ impl Policy {
             limit: None,
             window: None,
             burst: None,
+            max_delay: None,
         }
     }
 
@@ -179,6 +184,16 @@ impl Policy {
         self.inner.burst
     }
 
+    /// Delay mode: how long a request over the limit may wait for its slot instead of being
+    /// denied; see [`PolicyBuilder::max_delay`].
+    pub fn max_delay(&self) -> Option<Duration> {
+        (self.inner.max_delay_ms > 0).then(|| Duration::from_millis(self.inner.max_delay_ms))
+    }
+
+    pub(crate) fn max_delay_ms(&self) -> u64 {
+        self.inner.max_delay_ms
+    }
+
     /// The largest cost one request can ever be granted. A larger cost is denied for good.
     pub fn capacity(&self) -> u64 {
         self.inner.burst
@@ -201,7 +216,7 @@ impl Policy {
         self.inner.window_ms
     }
 
-    pub(crate) fn script_args(&self) -> &[String; 4] {
+    pub(crate) fn script_args(&self) -> &[String] {
         &self.inner.script_args
     }
 
@@ -221,6 +236,7 @@ pub struct PolicyBuilder {
     limit: Option<u64>,
     window: Option<Duration>,
     burst: Option<u64>,
+    max_delay: Option<Duration>,
 }
 
 impl PolicyBuilder {
@@ -241,6 +257,18 @@ impl PolicyBuilder {
     /// Defaults to `limit`. Setting it for another algorithm is a [`ConfigError`].
     pub fn burst(mut self, burst: u64) -> Self {
         self.burst = Some(burst);
+        self
+    }
+
+    /// Delay mode, for GCRA: a request that would be denied but whose slot comes within
+    /// `max_delay` is admitted with [`Decision::delay`](crate::Decision::delay) set, its slot
+    /// reserved in the same atomic check (so concurrent waiters, in any process, get distinct
+    /// slots), and the caller waits that long before serving it; the tower layer does.
+    /// A request whose slot is further away is denied, its `retry_after` being when it would
+    /// come within `max_delay`. A whole number of milliseconds, at most one hour. Defaults to
+    /// none (deny). A policy in delay mode is checked alone, not with others.
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = Some(max_delay);
         self
     }
 
@@ -313,12 +341,39 @@ impl PolicyBuilder {
             key_suffix.push_str(&format!(":{burst}"));
         }
         let fingerprint = fingerprint(&[&self.name, &key_suffix]);
-        let script_args = [
+        let max_delay_ms = match self.max_delay {
+            None => 0,
+            Some(_) if algorithm != Algorithm::Gcra => {
+                return Err(ConfigError::NotApplicable {
+                    field: "max_delay",
+                    algorithm: algorithm.name(),
+                });
+            }
+            Some(delay) if delay.subsec_nanos() % 1_000_000 != 0 => {
+                return Err(ConfigError::NotWholeMillis { field: "max_delay" });
+            }
+            Some(delay) => match u64::try_from(delay.as_millis()).unwrap_or(u64::MAX) {
+                0 => return Err(ConfigError::Zero { field: "max_delay" }),
+                ms if ms > MAX_DELAY_MS => {
+                    return Err(ConfigError::TooLarge {
+                        field: "max_delay",
+                        max: MAX_DELAY_MS,
+                    });
+                }
+                ms => ms,
+            },
+        };
+        let mut script_args = vec![
             algorithm.tag().to_owned(),
             limit.to_string(),
             window_ms.to_string(),
             burst.to_string(),
         ];
+        // Only the delay mode's own script reads a fifth argument.
+        if max_delay_ms > 0 {
+            script_args.push(max_delay_ms.to_string());
+        }
+        let script_args = script_args.into_boxed_slice();
         Ok(Policy {
             inner: Arc::new(PolicyInner {
                 fingerprint,
@@ -329,6 +384,7 @@ impl PolicyBuilder {
                 window_ms,
                 burst,
                 key_suffix,
+                max_delay_ms,
             }),
         })
     }

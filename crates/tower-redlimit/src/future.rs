@@ -8,7 +8,7 @@ use std::{
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use redlimit::{Check, Decisions};
+use redlimit::{Check, Decisions, Waiting};
 use tower_service::Service;
 
 use crate::{rejection_body::rejection_body, runtime::Runtime};
@@ -60,6 +60,12 @@ pin_project! {
             check: Check,
             pending: Option<Box<Pending<S, B>>>,
         },
+        // Delay mode: the request waits for the slot its check reserved.
+        Delaying {
+            #[pin]
+            sleep: tokio::time::Sleep,
+            pending: Option<Box<Delayed<S, B>>>,
+        },
         Calling {
             #[pin]
             future: S::Future,
@@ -77,7 +83,7 @@ impl<S: Service<Request<B>>, B> std::fmt::Debug for ResponseFuture<S, B> {
     }
 }
 
-impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
+impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
     /// A check already decided: call the service or answer.
     pub(crate) fn decided(
         decisions: Decisions,
@@ -133,12 +139,22 @@ struct Pending<S, B> {
     runtime: Arc<Runtime>,
 }
 
-/// After the check: the service is called with the decision in the request's extensions, or
-/// the request is answered without it.
-fn decide<S: Service<Request<B>>, B>(
+/// What a request in delay mode keeps while it waits: its place among the waiters too, given
+/// back when it is served or dropped (its client went away).
+struct Delayed<S, B> {
+    service: S,
+    request: Request<B>,
+    runtime: Arc<Runtime>,
+    decisions: Decisions,
+    _waiting: Waiting,
+}
+
+/// After the check: the service is called with the decision in the request's extensions, after
+/// the wait for its slot in delay mode, or the request is answered without it.
+fn decide<S: Service<Request<B>> + Clone, B>(
     decisions: Decisions,
     service: &mut S,
-    mut request: Request<B>,
+    request: Request<B>,
     runtime: &Arc<Runtime>,
 ) -> State<S, B> {
     if !decisions.allowed() {
@@ -146,6 +162,36 @@ fn decide<S: Service<Request<B>>, B>(
             response: Some(runtime.reject(&decisions, request.headers())),
         };
     }
+    let delay = decisions.delay();
+    if delay.is_zero() {
+        return call(decisions, service, request, runtime);
+    }
+    let Some(waiting) = runtime.guard.wait() else {
+        return State::Answered {
+            response: Some(runtime.waiters_full(&decisions)),
+        };
+    };
+    // The service that was polled ready waits with the request; a clone takes its place.
+    let clone = service.clone();
+    State::Delaying {
+        sleep: tokio::time::sleep(delay),
+        pending: Some(Box::new(Delayed {
+            service: std::mem::replace(service, clone),
+            request,
+            runtime: Arc::clone(runtime),
+            decisions,
+            _waiting: waiting,
+        })),
+    }
+}
+
+/// Calls the service with the decision in the request's extensions.
+fn call<S: Service<Request<B>>, B>(
+    decisions: Decisions,
+    service: &mut S,
+    mut request: Request<B>,
+    runtime: &Arc<Runtime>,
+) -> State<S, B> {
     request
         .extensions_mut()
         .insert(decisions.most_restrictive().clone());
@@ -157,7 +203,7 @@ fn decide<S: Service<Request<B>>, B>(
 
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
-    S: Service<Request<B>, Response = Response<ResBody>>,
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone,
     ResBody: Default + 'static,
 {
     type Output = Result<Response<ResBody>, S::Error>;
@@ -176,6 +222,18 @@ where
                         &pending.runtime,
                     );
                     state.set(next);
+                }
+                StateProj::Delaying { sleep, pending } => {
+                    ready!(sleep.poll(cx));
+                    let delayed = *pending.take().expect("polled after completion");
+                    let Delayed {
+                        mut service,
+                        request,
+                        runtime,
+                        decisions,
+                        ..
+                    } = delayed;
+                    state.set(call(decisions, &mut service, request, &runtime));
                 }
                 StateProj::Calling { future, headers } => {
                     let mut response = ready!(future.poll(cx))?;

@@ -9,7 +9,7 @@ use redlimit::{Decisions, GuardedLimiter};
 
 use crate::{
     HeaderStyle, KeyExtractor, MissingKey,
-    headers::{self, policy_value},
+    headers::{self, policy_value, seconds_up},
     response::{Rejected, default_response},
 };
 
@@ -87,6 +87,22 @@ impl Runtime {
                 .or_insert_with(|| HeaderValue::from(secs));
         }
         self.add_headers(response.headers_mut(), decisions);
+        response
+    }
+
+    /// The answer to a request in delay mode that found every place to wait taken: 429, to
+    /// come back once its reserved slot has passed.
+    pub(crate) fn waiters_full(&self, decisions: &Decisions) -> Response<Bytes> {
+        let mut response = Response::new(Bytes::from_static(
+            b"too many requests are waiting for this rate limit; retry later\n",
+        ));
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(seconds_up(decisions.delay())),
+        );
+        self.add_headers(headers, decisions);
         response
     }
 

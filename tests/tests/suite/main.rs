@@ -5,6 +5,7 @@ mod block_cache;
 mod cluster;
 mod concurrency;
 mod corrupt;
+mod delay;
 mod failover;
 mod harness;
 mod inspect;

@@ -68,6 +68,8 @@ pub(crate) struct Plan {
     /// Admitted: the quota after consuming and the write that consumes (none for cost 0).
     /// Denied: why.
     pub(crate) outcome: Result<(View, Option<Write>), Denial>,
+    /// Delay mode: how long an admitted request waits for its slot, in milliseconds.
+    pub(crate) delay_ms: u64,
 }
 
 impl Plan {
@@ -75,6 +77,7 @@ impl Plan {
         Self {
             before,
             outcome: Err(denial),
+            delay_ms: 0,
         }
     }
 
@@ -82,6 +85,7 @@ impl Plan {
         Self {
             before,
             outcome: Ok((after, (cost > 0).then_some(write))),
+            delay_ms: 0,
         }
     }
 }

@@ -163,24 +163,15 @@ impl MemoryBackend {
             .zip(policies)
             .map(|((plan, id), policy)| {
                 let answer = match plan.outcome {
-                    Err(denial) => Answer {
-                        view: plan.before,
-                        denial: Some(denial),
-                    },
-                    Ok(_) if !admitted => Answer {
-                        view: plan.before,
-                        denial: None,
-                    },
+                    Err(denial) => Answer::denied(plan.before, denial),
+                    Ok(_) if !admitted => Answer::allowed(plan.before, 0),
                     Ok((after, write)) => {
                         if let Some(write) = write {
                             let expires_at_us =
                                 now_us.saturating_add(write.ttl_ms.saturating_mul(1000));
                             shard.write(id, write.update, expires_at_us, now_us);
                         }
-                        Answer {
-                            view: after,
-                            denial: None,
-                        }
+                        Answer::allowed(after, plan.delay_ms)
                     }
                 };
                 finish(policy, answer)
@@ -210,9 +201,9 @@ impl MemoryBackend {
         let state = entry.and_then(|entry| entry.state.as_ref());
         let plan = algorithm::plan(policy, state, now_us, cost);
         Inspected {
-            answer: Answer {
-                view: plan.before,
-                denial: plan.outcome.err(),
+            answer: match plan.outcome {
+                Err(denial) => Answer::denied(plan.before, denial),
+                Ok(_) => Answer::allowed(plan.before, plan.delay_ms),
             },
             ttl_ms: entry.map(|entry| (entry.expires_at_us - now_us) / 1000),
             state: state.map(State::fields).unwrap_or_default(),
@@ -251,12 +242,7 @@ impl Shard {
             .and_then(|entry| entry.state.as_ref());
         let plan = algorithm::plan(policy, state, now_us, cost);
         let (after, write) = match plan.outcome {
-            Err(denial) => {
-                return Answer {
-                    view: plan.before,
-                    denial: Some(denial),
-                };
-            }
+            Err(denial) => return Answer::denied(plan.before, denial),
             Ok(admitted) => admitted,
         };
         if let Some(write) = write {
@@ -266,10 +252,7 @@ impl Shard {
                 None => self.insert(id, write.update, expires_at_us, now_us),
             }
         }
-        Answer {
-            view: after,
-            denial: None,
-        }
+        Answer::allowed(after, plan.delay_ms)
     }
 
     /// The key's state unless it has expired.

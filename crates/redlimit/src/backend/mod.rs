@@ -267,6 +267,7 @@ fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
             Denial::RetryAfterMs(ms) => RetryAfter::After(Duration::from_millis(ms)),
             Denial::Never => RetryAfter::Never,
         }),
+        delay: Duration::from_millis(answer.delay_ms),
         policy: policy.shared_name(),
         reason,
     }

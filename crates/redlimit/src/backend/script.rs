@@ -83,6 +83,26 @@ const WRONGTYPE: &str = "WRONGTYPE";
 pub(crate) struct Answer {
     pub(crate) view: View,
     pub(crate) denial: Option<Denial>,
+    /// Delay mode: how long an admitted request waits for its slot, in milliseconds.
+    pub(crate) delay_ms: u64,
+}
+
+impl Answer {
+    pub(crate) const fn denied(view: View, denial: Denial) -> Self {
+        Self {
+            view,
+            denial: Some(denial),
+            delay_ms: 0,
+        }
+    }
+
+    pub(crate) const fn allowed(view: View, delay_ms: u64) -> Self {
+        Self {
+            view,
+            denial: None,
+            delay_ms,
+        }
+    }
 }
 
 /// A script's source and its SHA-1, as `EVALSHA` names it.
@@ -101,11 +121,15 @@ impl Script {
     }
 }
 
+/// The Lua source of the script checking one GCRA policy in delay mode.
+const GCRA_DELAY: &str = one!("gcra.lua", "gcra_delay", "gcra_take");
+
 /// Every script a backend may send, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     /// In the order of [`Algorithm::ALL`].
     one: [Script; Algorithm::ALL.len()],
+    gcra_delay: Script,
     several: Script,
     inspect: Script,
 }
@@ -114,6 +138,7 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Self {
             one: Algorithm::ALL.map(|algorithm| Script::new(one_source(algorithm))),
+            gcra_delay: Script::new(GCRA_DELAY),
             several: Script::new(SEVERAL),
             inspect: Script::new(INSPECT),
         }
@@ -127,6 +152,7 @@ impl Scripts {
     /// The script for a check of `policies`: the lean one for a single policy.
     pub(crate) fn of(&self, policies: &[Policy]) -> &Script {
         match policies {
+            [policy] if policy.max_delay_ms() > 0 => &self.gcra_delay,
             [policy] => Algorithm::ALL
                 .iter()
                 .position(|algorithm| *algorithm == policy.algorithm())
@@ -177,7 +203,7 @@ impl<'a> Invocation<'a> {
         // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
         cmd.arg(self.cost.min(MAX_EXACT));
         for policy in self.policies {
-            cmd.arg(&policy.script_args()[..]);
+            cmd.arg(policy.script_args());
         }
         cmd
     }
@@ -265,17 +291,15 @@ pub(crate) fn parse(reply: &[i64], policies: usize) -> Result<Vec<Answer>, Error
                     Error::new(ErrorKind::Backend, format!("script replied a negative {n}"))
                 })
             };
-            let denial = match (allowed, retry) {
-                (1, _) => None,
-                (_, -2) => Some(Denial::Never),
-                (_, ms) => Some(Denial::RetryAfterMs(unsigned(ms)?)),
+            let view = View {
+                remaining: unsigned(remaining)?,
+                reset_ms: unsigned(reset_ms)?,
             };
-            Ok(Answer {
-                view: View {
-                    remaining: unsigned(remaining)?,
-                    reset_ms: unsigned(reset_ms)?,
-                },
-                denial,
+            // Admitted, retry is -1, or in delay mode the wait for the request's slot.
+            Ok(match (allowed, retry) {
+                (1, wait) => Answer::allowed(view, u64::try_from(wait).unwrap_or(0)),
+                (_, -2) => Answer::denied(view, Denial::Never),
+                (_, ms) => Answer::denied(view, Denial::RetryAfterMs(unsigned(ms)?)),
             })
         })
         .collect()

@@ -202,6 +202,7 @@ mod tests {
             remaining: 0,
             reset_after: Duration::from_millis(retry_ms),
             retry_after: Some(RetryAfter::After(Duration::from_millis(retry_ms))),
+            delay: Duration::ZERO,
             policy: "p".into(),
             reason: Reason::Redis,
         }

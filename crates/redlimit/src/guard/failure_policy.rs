@@ -31,6 +31,7 @@ impl Decision {
             remaining: policy.limit(),
             reset_after: Duration::ZERO,
             retry_after: None,
+            delay: Duration::ZERO,
             policy: policy.shared_name(),
             reason: Reason::FailOpen,
         }
@@ -43,6 +44,7 @@ impl Decision {
             remaining: 0,
             reset_after: Duration::ZERO,
             retry_after: Some(RetryAfter::After(retry)),
+            delay: Duration::ZERO,
             policy: policy.shared_name(),
             reason: Reason::FailClosed,
         }

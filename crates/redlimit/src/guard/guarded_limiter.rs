@@ -7,10 +7,10 @@ use std::{
 
 use tracing::{Instrument, Span, field};
 
-use super::{block_cache::Slot, error_log::ErrorLog, metrics::Metrics};
+use super::{block_cache::Slot, error_log::ErrorLog, metrics::Metrics, waiting::Waiters};
 use crate::{
     BlockCache, Check, CircuitBreaker, ConfigError, Decision, Decisions, Error, ErrorKind,
-    FailurePolicy, Limiter, Policy, Reason, Stats, Timestamp, backend::Started, client_id,
+    FailurePolicy, Limiter, Policy, Reason, Stats, Timestamp, Waiting, backend::Started, client_id,
 };
 
 /// A source of explicit check times, for tests and replays; see [`GuardedLimiter::clock`].
@@ -90,6 +90,8 @@ struct Guard {
     metrics: Arc<Metrics>,
     /// Dry run: a denial is reported and counted, and the request passes.
     shadow: bool,
+    /// Delay mode: the requests waiting for their slot, bounded.
+    waiters: Arc<Waiters>,
 }
 
 impl fmt::Debug for GuardedLimiter {
@@ -129,11 +131,18 @@ impl GuardedLimiter {
                 value: twice.name().to_owned(),
             });
         }
+        if policies.len() > 1 && policies.iter().any(|p| p.max_delay().is_some()) {
+            return Err(ConfigError::Conflict {
+                field: "max_delay",
+                with: "other policies in one guard (a policy in delay mode is checked alone)",
+            });
+        }
         let capacity = policies.iter().map(Policy::capacity).min().unwrap_or(0);
         let remote = limiter.backend().is_remote();
         let blocks = remote.then(|| Arc::new(BlockCache::default()));
         let metrics = Arc::new(Metrics::new(&policies, remote, DEFAULT_NEAR_SHARE));
         let breakers = breakers(&limiter, &CircuitBreaker::default(), &metrics);
+        let waiters = Arc::new(waiters(&metrics, DEFAULT_MAX_WAITING));
         Ok(Self {
             inner: Arc::new(Guard {
                 limiter,
@@ -149,6 +158,7 @@ impl GuardedLimiter {
                 errors: Arc::default(),
                 metrics,
                 shadow: false,
+                waiters,
             }),
         })
     }
@@ -203,6 +213,28 @@ impl GuardedLimiter {
         guard.metrics = Arc::new(Metrics::new(&guard.policies, guard.remote, share));
         guard.breakers = breakers(&guard.limiter, &guard.breakers[0], &guard.metrics);
         self
+    }
+
+    /// Delay mode: the most requests that may wait for their slot at once in this guard (a
+    /// semaphore); over it, [`wait`](Self::wait) finds no place and the request is turned away
+    /// (the tower layer answers 429). Defaults to 1,024.
+    #[must_use]
+    pub fn max_waiting(mut self, max: usize) -> Self {
+        let guard = self.settings();
+        guard.waiters = Arc::new(waiters(&guard.metrics, max));
+        self
+    }
+
+    /// Delay mode: a place to wait for the slot that [`Decisions::delay`] reserved, held until
+    /// dropped; `None` when [`max_waiting`](Self::max_waiting) requests already wait. The slot
+    /// stays reserved (and counted) whether or not the request is then served.
+    pub fn wait(&self) -> Option<Waiting> {
+        self.inner.waiters.enter()
+    }
+
+    /// Delay mode: how many requests hold a place to wait now.
+    pub fn waiting(&self) -> usize {
+        self.inner.waiters.count()
     }
 
     /// Denies clients known to be over their limit locally, with no backend call; see
@@ -371,6 +403,13 @@ const SLOT_RANGES: usize = 64;
 
 /// The share of a limit under which an allowed decision counts as near the limit.
 const DEFAULT_NEAR_SHARE: f64 = 0.2;
+/// Delay mode: the most requests waiting for their slot at once, per guard.
+const DEFAULT_MAX_WAITING: usize = 1_024;
+
+fn waiters(metrics: &Metrics, max: usize) -> Waiters {
+    let (gauge, rejected) = metrics.waiting();
+    Waiters::new(max, gauge, rejected)
+}
 
 fn breakers(
     limiter: &Limiter,
@@ -503,6 +542,9 @@ impl Guard {
         }
         self.metrics.decided(&decisions);
         let allowed = decisions.allowed();
+        if allowed && !decisions.delay().is_zero() {
+            self.metrics.delayed();
+        }
         if !span.is_disabled() {
             span.record("reason", reason.map_or("", Reason::as_str));
             span.record("allowed", allowed);

@@ -20,6 +20,12 @@ pub(crate) const SERVICE_FAILURES: &str = "redlimit_service_failures_total";
 pub(crate) const CHECK_DURATION: &str = "redlimit_check_duration_seconds";
 /// Whether a circuit is open (1) or closed (0).
 pub(crate) const CIRCUIT_OPEN: &str = "redlimit_circuit_open";
+/// Delay mode: requests admitted to wait for their slot.
+pub(crate) const DELAYED: &str = "redlimit_delayed_total";
+/// Delay mode: requests turned away because every place to wait was taken.
+pub(crate) const DELAY_REJECTED: &str = "redlimit_delay_rejected_total";
+/// Delay mode: requests waiting now.
+pub(crate) const WAITING: &str = "redlimit_waiting";
 
 /// How a decision is counted: exactly one of these per policy per check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +95,7 @@ pub(crate) struct Metrics {
     policies: Vec<PolicySeries>,
     errors: [Counter; ErrorKind::COUNT],
     service_failures: Counter,
+    delayed: Counter,
     duration: Histogram,
     /// The `policy` label of series about a whole check: the guard's names joined by `+`.
     label: Arc<str>,
@@ -116,6 +123,7 @@ impl Metrics {
                 |kind| counter!(BACKEND_ERRORS, "policy" => guard.clone(), "kind" => kind.as_str()),
             ),
             service_failures: counter!(SERVICE_FAILURES, "policy" => guard.clone()),
+            delayed: counter!(DELAYED, "policy" => guard.clone()),
             duration: histogram!(CHECK_DURATION, "policy" => guard),
             label,
         }
@@ -143,6 +151,19 @@ impl Metrics {
 
     pub(crate) fn failed(&self, kind: ErrorKind) {
         self.errors[kind.index()].increment(1);
+    }
+
+    pub(crate) fn delayed(&self) {
+        self.delayed.increment(1);
+    }
+
+    /// The gauge of waiting requests and the counter of those turned away.
+    pub(crate) fn waiting(&self) -> (Gauge, Counter) {
+        let label = self.label.to_string();
+        (
+            gauge!(WAITING, "policy" => label.clone()),
+            counter!(DELAY_REJECTED, "policy" => label),
+        )
     }
 
     pub(crate) fn service_failed(&self) {
@@ -195,6 +216,15 @@ fn describe() {
         "The backend's round trip of a check, within the time budget"
     );
     describe_gauge!(CIRCUIT_OPEN, "1 while a circuit breaker is open, else 0");
+    describe_counter!(
+        DELAYED,
+        "Requests admitted in delay mode to wait for their slot"
+    );
+    describe_counter!(
+        DELAY_REJECTED,
+        "Requests turned away in delay mode because every place to wait was taken"
+    );
+    describe_gauge!(WAITING, "Requests waiting for their slot now (delay mode)");
 }
 
 /// `floor(limit × share)`, in `0..=limit`.

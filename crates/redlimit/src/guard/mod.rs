@@ -12,6 +12,7 @@ mod metrics;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod waiting;
 
 pub use self::{
     block_cache::BlockCache,
@@ -20,4 +21,5 @@ pub use self::{
     failure_policy::FailurePolicy,
     guarded_limiter::{Clock, GuardedLimiter},
     stats::Stats,
+    waiting::Waiting,
 };
