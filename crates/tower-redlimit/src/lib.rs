@@ -50,6 +50,11 @@
 //!   headers only where the response has none of its own. On a denial each denying policy's
 //!   `t` is its own wait, so it matches `Retry-After`; an answer of the failure policy's open or
 //!   closed mode carries no rate-limit headers, since no quota was checked.
+//! - **Delay mode.** For a GCRA policy with
+//!   [`max_delay`](redlimit::PolicyBuilder::max_delay), a request whose slot is reserved in
+//!   the future waits for it (at most the guard's
+//!   [`max_waiting`](redlimit::GuardedLimiter::max_waiting) at once, else 429), then is
+//!   served; a waiter whose client goes away is dropped at once.
 //! - **Counts.** A `5xx` from the service after an allowed check is counted by
 //!   [`GuardedLimiter::service_failed`](redlimit::GuardedLimiter::service_failed), beside the
 //!   guard's decisions (see its metrics).

@@ -159,6 +159,24 @@ pub struct Route {
     /// `shadow` in the metrics). Defaults to `false`.
     #[serde(default)]
     pub shadow: bool,
+    /// `reject` (429 over the limit) or `delay` (GCRA only: wait up to `max_delay` for a
+    /// reserved slot, then serve). Defaults to `reject`.
+    #[serde(default)]
+    pub mode: Mode,
+    /// With `mode = "delay"`: the longest a request waits, such as `"2s"`.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub max_delay: Option<Duration>,
+}
+
+/// What a route does with a request over its limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Deny it.
+    #[default]
+    Reject,
+    /// Let it wait for its slot, up to `max_delay`.
+    Delay,
 }
 
 /// What a route is keyed by.
@@ -230,6 +248,12 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     let text = String::deserialize(deserializer)?;
     humantime::parse_duration(&text)
         .map_err(|e| D::Error::custom(format!("{text:?} is not a duration like \"10s\": {e}")))
+}
+
+fn optional_duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration(deserializer).map(Some)
 }
 
 /// A configuration mistake, naming where it is.
@@ -386,9 +410,15 @@ impl Route {
         if let Some(burst) = self.burst {
             builder = builder.burst(burst);
         }
-        builder
-            .build()
-            .map_err(|e| ConfigFileError(format!("route {}: {e}", self.path)))
+        let at =
+            |message: &dyn fmt::Display| ConfigFileError(format!("route {}: {message}", self.path));
+        match (self.mode, self.max_delay) {
+            (Mode::Delay, Some(max_delay)) => builder = builder.max_delay(max_delay),
+            (Mode::Delay, None) => return Err(at(&"max_delay is required with mode = \"delay\"")),
+            (Mode::Reject, Some(_)) => return Err(at(&"max_delay needs mode = \"delay\"")),
+            (Mode::Reject, None) => {}
+        }
+        builder.build().map_err(|e| at(&e))
     }
 }
 
@@ -492,6 +522,24 @@ mod tests {
                 "metrics_listen",
             ),
             (one_route("", "/metrics"), "metrics_listen"),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nmode = \"delay\""),
+                "max_delay is required",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nmax_delay = \"1s\""),
+                "max_delay needs mode",
+            ),
+            (
+                route(
+                    "algorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1s\"\nmode = \"delay\"\nmax_delay = \"1s\"",
+                ),
+                "max_delay does not apply",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nmode = \"wait\""),
+                "mode",
+            ),
             ("".to_owned(), "route"),
             (
                 one_route(

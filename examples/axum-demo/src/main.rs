@@ -9,7 +9,8 @@ const USAGE: &str = "usage: redlimit-demo [--config FILE]
 With no arguments, serves three limited routes on 127.0.0.1:3000 with the in-memory backend.
 FILE is TOML: listen, redis_url | redis_cluster | redis_sentinel, trusted_proxies,
 client_ip_header, failure, budget, headers, metrics_listen, and [[route]] tables (path, name,
-algorithm, limit, window, burst, key, shadow). GET /metrics serves Prometheus text.
+algorithm, limit, window, burst, key, shadow, mode, max_delay). GET /metrics serves Prometheus
+text.
 Logs go to standard error; RUST_LOG filters them (defaults to info).";
 
 fn load(args: &[String]) -> Result<Config, String> {
@@ -94,7 +95,12 @@ async fn main() -> ExitCode {
             route.limit,
             humantime::format_duration(route.window),
             route.key,
-            if route.shadow { ", shadow" } else { "" }
+            match (route.shadow, route.max_delay) {
+                (true, _) => ", shadow".to_owned(),
+                (false, Some(wait)) =>
+                    format!(", waits up to {}", humantime::format_duration(wait)),
+                (false, None) => String::new(),
+            }
         );
     }
     let first = config.routes.first().map_or("/", |r| r.path.as_str());

@@ -333,3 +333,52 @@ async fn a_shadow_route_answers_every_request_and_counts_its_would_be_denials() 
     let outcome = decisions(metrics, "limited", &[("outcome", "limited")]).await;
     assert_eq!(outcome, 7.0);
 }
+
+/// 30 requests at once, alternating between two demo processes sharing Redis, on a route of
+/// 10 per second in delay mode: how many were served, and the Retry-After of the others.
+async fn thirty_at_once_through_two_demos(
+    server: &RedisServer,
+    max_delay: &str,
+) -> (usize, Vec<u64>) {
+    let config = format!(
+        "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/slow\"\nname = \"slow-{}\"\nalgorithm = \"gcra\"\nlimit = 10\nwindow = \"1s\"\nmode = \"delay\"\nmax_delay = \"{max_delay}\"\n",
+        server.url(),
+        max_delay.replace('s', "")
+    );
+    let (a, b) = (Demo::start(&config).await, Demo::start(&config).await);
+    let requests: Vec<_> = (0..30)
+        .map(|i| {
+            let address = if i % 2 == 0 { a.address } else { b.address };
+            tokio::spawn(async move { http_get(address, "/slow", &[]).await })
+        })
+        .collect();
+    let (mut served, mut retries) = (0, Vec::new());
+    for request in requests {
+        let response = request.await.expect("a request task");
+        match response.status {
+            200 => served += 1,
+            429 => retries.push(
+                response
+                    .header("retry-after")
+                    .and_then(|v| v.parse().ok())
+                    .expect("Retry-After in seconds"),
+            ),
+            other => panic!("{other}: {response:?}"),
+        }
+    }
+    (served, retries)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delay_route_serves_what_fits_within_max_delay_across_two_processes() {
+    let server = RedisServer::start();
+    assert_eq!(
+        thirty_at_once_through_two_demos(&server, "2s").await,
+        (30, Vec::new()),
+        "10 at once, 20 one every 100 ms within 2 s"
+    );
+    let (served, retries) = thirty_at_once_through_two_demos(&server, "1s").await;
+    assert_eq!(served, 20, "10 at once, 10 more within 1 s");
+    assert_eq!(retries.len(), 10);
+    assert!(retries.iter().all(|secs| *secs >= 1), "{retries:?}");
+}
