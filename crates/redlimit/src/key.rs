@@ -123,7 +123,11 @@ impl KeyScheme {
 
     /// The Redis key holding `policy`'s state for `client`.
     pub fn key(&self, policy: &Policy, client: &str) -> String {
-        let (name, suffix) = (policy.name(), policy.key_suffix());
+        self.named(policy.name(), policy.key_suffix(), client)
+    }
+
+    /// The key `prefix:name:{client}:suffix`.
+    pub(crate) fn named(&self, name: &str, suffix: &str, client: &str) -> String {
         let mut key =
             String::with_capacity(self.prefix.len() + name.len() + client.len() + suffix.len() + 8);
         key.push_str(&self.prefix);

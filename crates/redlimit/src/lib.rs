@@ -108,6 +108,7 @@ pub use deadpool_redis;
 mod algorithm;
 mod backend;
 mod client_id;
+mod concurrency;
 mod config_error;
 mod decision;
 mod decisions;
@@ -123,6 +124,7 @@ mod timestamp;
 
 pub use self::{
     backend::{Backend, MemoryBackend, MemoryBackendBuilder, RedisBackend, RedisBackendBuilder},
+    concurrency::{ConcurrencyPolicy, ConcurrencyPolicyBuilder, Lease},
     config_error::ConfigError,
     decision::{Decision, Reason, RetryAfter},
     decisions::Decisions,

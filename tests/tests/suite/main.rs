@@ -12,6 +12,7 @@ mod inspect;
 mod layer_axum;
 mod layer_failures;
 mod layer_headers;
+mod leases;
 mod multi_policy;
 mod observability;
 mod oom;

@@ -10,7 +10,10 @@ use crate::{
     key_table::{Expiring, KeyId, KeyTable},
 };
 
-use super::script::{Answer, Inspected};
+use super::{
+    leases::Leases,
+    script::{Answer, Inspected},
+};
 
 const SHARDS: usize = 16;
 
@@ -37,6 +40,7 @@ const SHARDS: usize = 16;
 pub struct MemoryBackend {
     shards: Arc<[Mutex<Shard>]>,
     ids: Arc<ClientIds>,
+    leases: Arc<Leases>,
 }
 
 /// A key's identity: the client's id mixed with the policy's. Keys are not stored: a lookup
@@ -103,7 +107,13 @@ impl MemoryBackend {
         Self {
             shards,
             ids: Arc::default(),
+            leases: Arc::new(Leases::new(max_keys)),
         }
+    }
+
+    /// The concurrency leases.
+    pub(crate) fn leases(&self) -> &Leases {
+        &self.leases
     }
 
     /// How many keys hold state now (including expired ones not yet swept).

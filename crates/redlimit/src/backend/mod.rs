@@ -1,6 +1,7 @@
 //! Where state lives, and the one place that tells the backends apart.
 
 mod connection;
+pub(crate) mod leases;
 mod memory;
 mod redis;
 pub(crate) mod script;
@@ -145,6 +146,7 @@ impl Backend {
                         keys: &keys,
                         cost,
                         now_us: now.map(Timestamp::as_micros),
+                        extra: &[],
                     };
                     let answers = redis.check(call).await?;
                     let decisions = policies
@@ -195,6 +197,7 @@ impl Backend {
                     keys: std::slice::from_ref(&key),
                     cost: 1,
                     now_us: None,
+                    extra: &[],
                 };
                 redis.inspect(call).await?
             }

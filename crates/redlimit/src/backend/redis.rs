@@ -275,6 +275,30 @@ impl RedisBackend {
         script::parse_inspected(reply)
     }
 
+    /// Runs a lease script (acquire or renew) of `call` within the budget.
+    pub(crate) async fn lease(
+        &self,
+        call: Invocation<'_>,
+        script: impl Fn(&Scripts) -> &Script,
+    ) -> Result<Vec<i64>, Error> {
+        let script = script(&self.inner.scripts);
+        self.within_budget(async {
+            let (mut conn, _) = self.connection().await?;
+            self.run(&call, script, &mut conn)
+                .await
+                .map_err(|err| call.error(err))
+        })
+        .await
+    }
+
+    /// Removes lease `id` from the set at `key`.
+    pub(crate) async fn release(&self, call: Invocation<'_>, id: &str) -> Result<(), Error> {
+        let mut zrem = deadpool_redis::redis::cmd("ZREM");
+        zrem.arg(call.keys).arg(id);
+        let _: u64 = self.query(&call, &zrem).await?;
+        Ok(())
+    }
+
     /// Deletes `call`'s keys; whether any existed.
     pub(crate) async fn delete(&self, call: Invocation<'_>) -> Result<bool, Error> {
         let mut del = deadpool_redis::redis::cmd("DEL");

@@ -121,6 +121,18 @@ impl Script {
     }
 }
 
+/// The Lua source of the script that acquires a concurrency lease.
+const ACQUIRE: &str = concat!(
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/acquire.lua")
+);
+
+/// The Lua source of the script that renews a concurrency lease.
+const RENEW: &str = concat!(
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/renew.lua")
+);
+
 /// The Lua source of the script checking one GCRA policy in delay mode.
 const GCRA_DELAY: &str = one!("gcra.lua", "gcra_delay", "gcra_take");
 
@@ -130,6 +142,8 @@ pub(crate) struct Scripts {
     /// In the order of [`Algorithm::ALL`].
     one: [Script; Algorithm::ALL.len()],
     gcra_delay: Script,
+    pub(crate) acquire: Script,
+    pub(crate) renew: Script,
     several: Script,
     inspect: Script,
 }
@@ -139,6 +153,8 @@ impl Scripts {
         Self {
             one: Algorithm::ALL.map(|algorithm| Script::new(one_source(algorithm))),
             gcra_delay: Script::new(GCRA_DELAY),
+            acquire: Script::new(ACQUIRE),
+            renew: Script::new(RENEW),
             several: Script::new(SEVERAL),
             inspect: Script::new(INSPECT),
         }
@@ -168,6 +184,8 @@ pub(crate) struct Invocation<'a> {
     pub(crate) keys: &'a [String],
     pub(crate) cost: u64,
     pub(crate) now_us: Option<u64>,
+    /// Arguments after the policies': a lease's TTL and id.
+    pub(crate) extra: &'a [String],
 }
 
 impl<'a> Invocation<'a> {
@@ -178,6 +196,7 @@ impl<'a> Invocation<'a> {
             keys: std::slice::from_ref(key),
             cost: 1,
             now_us: None,
+            extra: &[],
         }
     }
 
@@ -205,6 +224,7 @@ impl<'a> Invocation<'a> {
         for policy in self.policies {
             cmd.arg(policy.script_args());
         }
+        cmd.arg(self.extra);
         cmd
     }
 

@@ -1,0 +1,324 @@
+//! Concurrency limits: at most N requests in flight per client, as leases that expire.
+
+use std::{
+    collections::hash_map::RandomState,
+    fmt,
+    hash::BuildHasher,
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use crate::{
+    Backend, ConfigError, Decision, Error, ErrorKind, Limiter, Reason, RetryAfter, Timestamp,
+    backend::{leases::Acquired, script::Invocation},
+    config_error::validate_name,
+};
+
+/// The most leases one client may hold: each is a member of a sorted set in Redis.
+const MAX_LIMIT: u64 = 10_000;
+/// The longest lease: a crashed process's slots come free within it.
+const MAX_LEASE_TTL_MS: u64 = 86_400_000;
+
+/// At most `limit` requests in flight per client, each holding a [`Lease`] that expires after
+/// `lease_ttl` unless renewed, so a process that crashed while holding leases frees their slots
+/// within that time.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{ConcurrencyPolicy, Limiter, MemoryBackend};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let limiter = Limiter::new(MemoryBackend::default());
+/// let two = ConcurrencyPolicy::builder("in-flight").limit(2).build()?;
+/// let (first, lease) = limiter.acquire(&two, "alice").await?;
+/// assert!(first.allowed);
+/// let (second, _held) = limiter.acquire(&two, "alice").await?;
+/// assert_eq!(second.remaining, 0);
+/// let (third, none) = limiter.acquire(&two, "alice").await?;
+/// assert!(!third.allowed && none.is_none());
+/// lease.expect("granted").release().await?;
+/// assert!(limiter.acquire(&two, "alice").await?.0.allowed, "a slot came free");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct ConcurrencyPolicy {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: Arc<str>,
+    limit: u64,
+    lease_ttl_ms: u64,
+    key_suffix: String,
+}
+
+impl ConcurrencyPolicy {
+    /// Starts a policy named `name` (1 to 64 of `A-Z a-z 0-9 _ - .`).
+    pub fn builder(name: impl Into<String>) -> ConcurrencyPolicyBuilder {
+        ConcurrencyPolicyBuilder {
+            name: name.into(),
+            limit: None,
+            lease_ttl: Duration::from_secs(30),
+        }
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// How many requests of one client may be in flight at once.
+    pub fn limit(&self) -> u64 {
+        self.inner.limit
+    }
+
+    /// How long a lease lives unless renewed.
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.inner.lease_ttl_ms)
+    }
+}
+
+/// Builds a [`ConcurrencyPolicy`]; see [`ConcurrencyPolicy::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ConcurrencyPolicyBuilder {
+    name: String,
+    limit: Option<u64>,
+    lease_ttl: Duration,
+}
+
+impl ConcurrencyPolicyBuilder {
+    /// Requests in flight at once per client. Required; at most 10,000.
+    pub fn limit(mut self, limit: u64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// How long a lease lives unless renewed ([`Lease::renew`]): a request running longer
+    /// should renew it, and a crashed process's leases are reclaimed after it. Whole
+    /// milliseconds, at most a day. Defaults to 30 s.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Validates and builds the policy.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the field.
+    pub fn build(self) -> Result<ConcurrencyPolicy, ConfigError> {
+        validate_name("policy name", &self.name)?;
+        let limit = self.limit.ok_or(ConfigError::Missing { field: "limit" })?;
+        if limit == 0 {
+            return Err(ConfigError::Zero { field: "limit" });
+        }
+        if limit > MAX_LIMIT {
+            return Err(ConfigError::TooLarge {
+                field: "limit",
+                max: MAX_LIMIT,
+            });
+        }
+        if !self.lease_ttl.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(ConfigError::NotWholeMillis { field: "lease_ttl" });
+        }
+        let lease_ttl_ms = u64::try_from(self.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+        if lease_ttl_ms == 0 {
+            return Err(ConfigError::Zero { field: "lease_ttl" });
+        }
+        if lease_ttl_ms > MAX_LEASE_TTL_MS {
+            return Err(ConfigError::TooLarge {
+                field: "lease_ttl",
+                max: MAX_LEASE_TTL_MS,
+            });
+        }
+        Ok(ConcurrencyPolicy {
+            inner: Arc::new(Inner {
+                key_suffix: format!("cc:{limit}"),
+                name: self.name.into(),
+                limit,
+                lease_ttl_ms,
+            }),
+        })
+    }
+}
+
+/// A slot of a [`ConcurrencyPolicy`], held until [`release`](Self::release)d or dropped (a
+/// dropped lease is given back by a task on the current tokio runtime; without one, it
+/// expires after its TTL).
+#[must_use = "a lease holds a slot until released or dropped"]
+pub struct Lease {
+    limiter: Limiter,
+    key: String,
+    id: String,
+    ttl_ms: u64,
+    held: bool,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("ttl_ms", &self.ttl_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    /// Extends the lease to a whole TTL from now, for a request that runs long; whether it was
+    /// still held (`false`: it had expired, and its slot may be someone else's).
+    ///
+    /// # Errors
+    /// As [`Limiter::check`].
+    pub async fn renew(&self) -> Result<bool, Error> {
+        let now_ms = Timestamp::now().as_micros() / 1000;
+        match self.limiter.backend() {
+            Backend::Memory(memory) => {
+                Ok(memory
+                    .leases()
+                    .renew(&self.key, self.ttl_ms, &self.id, now_ms))
+            }
+            Backend::Redis(redis) => {
+                let extra = [self.ttl_ms.to_string(), self.id.clone()];
+                let reply = redis
+                    .lease(lease_call(&self.key, 0, &extra), |s| &s.renew)
+                    .await?;
+                Ok(reply.first() == Some(&1))
+            }
+        }
+    }
+
+    /// Gives the slot back.
+    ///
+    /// # Errors
+    /// As [`Limiter::check`]; the lease then expires after its TTL.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.held = false;
+        release(&self.limiter, &self.key, &self.id).await
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.held {
+            return;
+        }
+        let (limiter, key, id) = (
+            self.limiter.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.id),
+        );
+        if let Backend::Memory(memory) = limiter.backend() {
+            memory.leases().release(&key, &id);
+        } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // On failure the lease expires after its TTL.
+                let _ = release(&limiter, &key, &id).await;
+            });
+        }
+    }
+}
+
+async fn release(limiter: &Limiter, key: &str, id: &str) -> Result<(), Error> {
+    match limiter.backend() {
+        Backend::Memory(memory) => {
+            memory.leases().release(key, id);
+            Ok(())
+        }
+        Backend::Redis(redis) => {
+            let key = key.to_owned();
+            redis.release(lease_call(&key, 0, &[]), id).await
+        }
+    }
+}
+
+fn lease_call<'a>(key: &'a String, limit: u64, extra: &'a [String]) -> Invocation<'a> {
+    Invocation {
+        policies: &[],
+        keys: std::slice::from_ref(key),
+        cost: limit,
+        now_us: None,
+        extra,
+    }
+}
+
+/// A lease id unique to this process's run and never reused in it.
+fn lease_id() -> String {
+    static RUN: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let run = RUN.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+    format!("{run:016x}{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Limiter {
+    /// Takes a slot of `policy` for `client` if fewer than its limit are held: the decision
+    /// (`remaining`: the free slots after it; when denied, `retry_after`: when the earliest
+    /// lease expires, an upper bound since leases are usually released sooner) and the lease.
+    /// On Redis, one script call that also reclaims expired leases.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub async fn acquire(
+        &self,
+        policy: &ConcurrencyPolicy,
+        client: &str,
+    ) -> Result<(Decision, Option<Lease>), Error> {
+        let inner = &policy.inner;
+        let key = self.keys().named(&inner.name, &inner.key_suffix, client);
+        let id = lease_id();
+        let (acquired, reason) = match self.backend() {
+            Backend::Memory(memory) => {
+                let now_ms = Timestamp::now().as_micros() / 1000;
+                let acquired =
+                    memory
+                        .leases()
+                        .acquire(&key, inner.limit, inner.lease_ttl_ms, &id, now_ms);
+                (acquired, Reason::Memory)
+            }
+            Backend::Redis(redis) => {
+                let extra = [inner.lease_ttl_ms.to_string(), id.clone()];
+                let reply = redis
+                    .lease(lease_call(&key, inner.limit, &extra), |s| &s.acquire)
+                    .await?;
+                (acquired_from(&reply)?, Reason::Redis)
+            }
+        };
+        let decision = Decision {
+            allowed: acquired.granted,
+            limit: inner.limit,
+            remaining: acquired.free,
+            reset_after: Duration::ZERO,
+            retry_after: (!acquired.granted)
+                .then(|| RetryAfter::After(Duration::from_millis(acquired.wait_ms))),
+            delay: Duration::ZERO,
+            policy: Arc::clone(&inner.name),
+            reason,
+        };
+        let lease = acquired.granted.then(|| Lease {
+            limiter: self.clone(),
+            key,
+            id,
+            ttl_ms: inner.lease_ttl_ms,
+            held: true,
+        });
+        Ok((decision, lease))
+    }
+}
+
+/// Reads the acquire script's reply: granted (1/0), free slots, the wait.
+fn acquired_from(reply: &[i64]) -> Result<Acquired, Error> {
+    let &[granted, free, wait] = reply else {
+        return Err(Error::new(
+            ErrorKind::Backend,
+            format!("the lease script replied {} integers", reply.len()),
+        ));
+    };
+    Ok(Acquired {
+        granted: granted == 1,
+        free: u64::try_from(free).unwrap_or(0),
+        wait_ms: u64::try_from(wait).unwrap_or(0),
+    })
+}

@@ -1,0 +1,144 @@
+//! Concurrency limits: leases in Redis and in memory, across instances, expiring after a crash.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use redlimit::{ConcurrencyPolicy, Limiter, MemoryBackend, RetryAfter};
+use redlimit_tests::RedisServer;
+
+use crate::support::both_backends;
+
+fn policy(name: &str, limit: u64, ttl: Duration) -> ConcurrencyPolicy {
+    ConcurrencyPolicy::builder(name)
+        .limit(limit)
+        .lease_ttl(ttl)
+        .build()
+        .expect("a valid policy")
+}
+
+/// Acquires until granted, for at most `budget`: how long it took.
+async fn acquired_within(limiter: &Limiter, p: &ConcurrencyPolicy, budget: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (decision, lease) = limiter.acquire(p, "c").await.expect("acquire");
+        if let Some(lease) = lease {
+            assert!(decision.allowed);
+            lease.release().await.expect("release");
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < budget,
+            "no slot came free within {budget:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_the_limit_is_held_and_released_slots_come_free() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let p = policy("three", 3, Duration::from_secs(30));
+        let mut held = Vec::new();
+        for free in [2, 1, 0] {
+            let (decision, lease) = limiter.acquire(&p, "c").await.expect("acquire");
+            assert!(decision.allowed, "{backend}");
+            assert_eq!(decision.remaining, free, "{backend}");
+            held.push(lease.expect("a lease"));
+        }
+        let (full, none) = limiter.acquire(&p, "c").await.expect("acquire");
+        assert!(!full.allowed && none.is_none(), "{backend}");
+        let Some(RetryAfter::After(wait)) = full.retry_after else {
+            panic!("{backend}: a wait");
+        };
+        assert!(wait <= Duration::from_secs(30), "{backend}: {wait:?}");
+        assert!(
+            limiter
+                .acquire(&p, "other")
+                .await
+                .expect("acquire")
+                .0
+                .allowed,
+            "per client"
+        );
+        assert!(held[0].renew().await.expect("renew"), "{backend}");
+        held.remove(0).release().await.expect("release");
+        assert!(
+            limiter.acquire(&p, "c").await.expect("acquire").1.is_some(),
+            "{backend}"
+        );
+        drop(held);
+        // Dropped leases are given back (on Redis by a task): every slot comes free.
+        acquired_within(
+            &limiter,
+            &policy("three", 3, Duration::from_secs(30)),
+            Duration::from_secs(5),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leases_of_a_crashed_holder_expire_after_their_ttl() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let ttl = Duration::from_millis(300);
+        let p = policy("crash", 2, ttl);
+        for _ in 0..2 {
+            let (_, lease) = limiter.acquire(&p, "c").await.expect("acquire");
+            // A crashed process never releases.
+            std::mem::forget(lease.expect("a lease"));
+        }
+        let (_, lease) = limiter.acquire(&p, "c").await.expect("acquire");
+        assert!(lease.is_none(), "{backend}: both slots held");
+        let took = acquired_within(&limiter, &p, Duration::from_secs(10)).await;
+        println!("{backend}: a crashed holder's slot came free after {took:?} (TTL {ttl:?})");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_never_hold_more_than_the_limit() {
+    let server = RedisServer::start();
+    let p = policy("five", 5, Duration::from_secs(30));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _instance in 0..4 {
+        // Each instance has a connection of its own, as a process would.
+        let limiter = server.limiter();
+        for _ in 0..50 {
+            let (limiter, p) = (limiter.clone(), p.clone());
+            let (in_flight, most) = (Arc::clone(&in_flight), Arc::clone(&most));
+            tasks.spawn(async move {
+                let started = Instant::now();
+                loop {
+                    if let (_, Some(lease)) = limiter.acquire(&p, "c").await.expect("acquire") {
+                        let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                        lease.release().await.expect("release");
+                        return;
+                    }
+                    assert!(started.elapsed() < Duration::from_secs(60), "starved");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            });
+        }
+    }
+    let mut done = 0;
+    while let Some(task) = tasks.join_next().await {
+        task.expect("a task");
+        done += 1;
+    }
+    assert_eq!(done, 200);
+    let most = most.load(Ordering::SeqCst);
+    assert!((1..=5).contains(&most), "{most} in flight at once");
+    let memory = Limiter::new(MemoryBackend::default());
+    assert!(memory.acquire(&p, "c").await.expect("acquire").0.allowed);
+}
