@@ -17,6 +17,9 @@ use crate::{
     config_error::validate_name,
 };
 
+/// When a denied request may try again: leases are usually given back long before they expire,
+/// so the earliest expiry is only an upper bound.
+const POLITE_RETRY: Duration = Duration::from_secs(1);
 /// The most leases one client may hold: each is a member of a sorted set in Redis.
 const MAX_LIMIT: u64 = 10_000;
 /// The longest lease: a crashed process's slots come free within it.
@@ -157,6 +160,8 @@ pub struct Lease {
     id: String,
     ttl_ms: u64,
     held: bool,
+    /// The task renewing it, with [`keep_alive`](Self::keep_alive).
+    keeper: Option<tokio::task::AbortHandle>,
 }
 
 impl fmt::Debug for Lease {
@@ -174,21 +179,34 @@ impl Lease {
     /// # Errors
     /// As [`Limiter::check`].
     pub async fn renew(&self) -> Result<bool, Error> {
-        let now_ms = Timestamp::now().as_micros() / 1000;
-        match self.limiter.backend() {
-            Backend::Memory(memory) => {
-                Ok(memory
-                    .leases()
-                    .renew(&self.key, self.ttl_ms, &self.id, now_ms))
+        renew(&self.limiter, &self.key, &self.id, self.ttl_ms).await
+    }
+
+    /// Keeps the lease alive while it is held, for requests that may run longer than its TTL:
+    /// a task on the current tokio runtime renews it every third of its TTL until it is
+    /// released or dropped (or found expired). Without a runtime, the lease is returned as is.
+    pub fn keep_alive(mut self) -> Self {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self;
+        };
+        let (limiter, key, id, ttl_ms) = (
+            self.limiter.clone(),
+            self.key.clone(),
+            self.id.clone(),
+            self.ttl_ms,
+        );
+        let keeper = runtime.spawn(async move {
+            let every = Duration::from_millis(ttl_ms.div_ceil(3));
+            loop {
+                tokio::time::sleep(every).await;
+                // An error is retried at the next turn; an expired lease is not renewed.
+                if let Ok(false) = renew(&limiter, &key, &id, ttl_ms).await {
+                    return;
+                }
             }
-            Backend::Redis(redis) => {
-                let extra = [self.ttl_ms.to_string(), self.id.clone()];
-                let reply = redis
-                    .lease(lease_call(&self.key, 0, &extra), |s| &s.renew)
-                    .await?;
-                Ok(reply.first() == Some(&1))
-            }
-        }
+        });
+        self.keeper = Some(keeper.abort_handle());
+        self
     }
 
     /// Gives the slot back.
@@ -197,12 +215,33 @@ impl Lease {
     /// As [`Limiter::check`]; the lease then expires after its TTL.
     pub async fn release(mut self) -> Result<(), Error> {
         self.held = false;
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+        }
         release(&self.limiter, &self.key, &self.id).await
+    }
+}
+
+async fn renew(limiter: &Limiter, key: &str, id: &str, ttl_ms: u64) -> Result<bool, Error> {
+    let now_ms = Timestamp::now().as_micros() / 1000;
+    match limiter.backend() {
+        Backend::Memory(memory) => Ok(memory.leases().renew(key, ttl_ms, id, now_ms)),
+        Backend::Redis(redis) => {
+            let key = key.to_owned();
+            let extra = [ttl_ms.to_string(), id.to_owned()];
+            let reply = redis
+                .lease(lease_call(&key, 0, &extra), |s| &s.renew)
+                .await?;
+            Ok(reply.first() == Some(&1))
+        }
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+        }
         if !self.held {
             return;
         }
@@ -255,8 +294,9 @@ fn lease_id() -> String {
 
 impl Limiter {
     /// Takes a slot of `policy` for `client` if fewer than its limit are held: the decision
-    /// (`remaining`: the free slots after it; when denied, `retry_after`: when the earliest
-    /// lease expires, an upper bound since leases are usually released sooner) and the lease.
+    /// (`remaining`: the free slots after it; when denied, `retry_after`: 1 s, or when the
+    /// earliest lease expires if sooner, since leases are usually given back long before) and
+    /// the lease.
     /// On Redis, one script call that also reclaims expired leases.
     ///
     /// # Errors
@@ -291,8 +331,9 @@ impl Limiter {
             limit: inner.limit,
             remaining: acquired.free,
             reset_after: Duration::ZERO,
-            retry_after: (!acquired.granted)
-                .then(|| RetryAfter::After(Duration::from_millis(acquired.wait_ms))),
+            retry_after: (!acquired.granted).then(|| {
+                RetryAfter::After(Duration::from_millis(acquired.wait_ms).min(POLITE_RETRY))
+            }),
             delay: Duration::ZERO,
             policy: Arc::clone(&inner.name),
             reason,
@@ -303,6 +344,7 @@ impl Limiter {
             id,
             ttl_ms: inner.lease_ttl_ms,
             held: true,
+            keeper: None,
         });
         Ok((decision, lease))
     }

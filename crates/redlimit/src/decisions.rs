@@ -102,6 +102,15 @@ impl Decisions {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// These decisions and `decision`, of another limit checked for the same request (a
+    /// [`ConcurrencyPolicy`](crate::ConcurrencyPolicy)'s, say): the request passes only if it
+    /// allows too.
+    #[must_use]
+    pub fn and(mut self, decision: Decision) -> Self {
+        self.items.push(decision);
+        self
+    }
+
     /// Why the failure policy answered instead of the backend, when a
     /// [`GuardedLimiter`](crate::GuardedLimiter)'s backend failed. `None` when the backend
     /// decided, or when a failure reason shows with no error: the circuit was open.

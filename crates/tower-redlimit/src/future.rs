@@ -8,7 +8,7 @@ use std::{
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use redlimit::{Check, Decisions, Waiting};
+use redlimit::{Check, Decisions, Lease, Waiting};
 use tower_service::Service;
 
 use crate::{rejection_body::rejection_body, runtime::Runtime};
@@ -60,6 +60,11 @@ pin_project! {
             check: Check,
             pending: Option<Box<Pending<S, B>>>,
         },
+        // A concurrency limit: the rate check, then a lease.
+        Admitting {
+            admission: Admission,
+            pending: Option<Box<Pending<S, B>>>,
+        },
         // Delay mode: the request waits for the slot its check reserved.
         Delaying {
             #[pin]
@@ -70,6 +75,8 @@ pin_project! {
             #[pin]
             future: S::Future,
             headers: Option<(Arc<Runtime>, Decisions)>,
+            // Given back when the response is ready, or when the request is dropped.
+            lease: Option<Lease>,
         },
         Answered {
             response: Option<Response<Bytes>>,
@@ -92,7 +99,7 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
         runtime: &Arc<Runtime>,
     ) -> Self {
         Self {
-            state: decide(decisions, service, request, runtime),
+            state: decide(decisions, None, service, request, runtime),
         }
     }
 
@@ -114,11 +121,30 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
         }
     }
 
+    pub(crate) fn admitting(
+        admission: Admission,
+        service: S,
+        request: Request<B>,
+        runtime: Arc<Runtime>,
+    ) -> Self {
+        Self {
+            state: State::Admitting {
+                admission,
+                pending: Some(Box::new(Pending {
+                    service,
+                    request,
+                    runtime,
+                })),
+            },
+        }
+    }
+
     pub(crate) fn pass(future: S::Future) -> Self {
         Self {
             state: State::Calling {
                 future,
                 headers: None,
+                lease: None,
             },
         }
     }
@@ -131,6 +157,9 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
         }
     }
 }
+
+/// The rate check and then, if it allowed, the concurrency lease: their decisions together.
+pub(crate) type Admission = Pin<Box<dyn Future<Output = (Decisions, Option<Lease>)> + Send>>;
 
 /// What a check that waits for Redis keeps until it is decided.
 struct Pending<S, B> {
@@ -146,6 +175,7 @@ struct Delayed<S, B> {
     request: Request<B>,
     runtime: Arc<Runtime>,
     decisions: Decisions,
+    lease: Option<Lease>,
     _waiting: Waiting,
 }
 
@@ -153,6 +183,7 @@ struct Delayed<S, B> {
 /// the wait for its slot in delay mode, or the request is answered without it.
 fn decide<S: Service<Request<B>> + Clone, B>(
     decisions: Decisions,
+    lease: Option<Lease>,
     service: &mut S,
     request: Request<B>,
     runtime: &Arc<Runtime>,
@@ -164,7 +195,7 @@ fn decide<S: Service<Request<B>> + Clone, B>(
     }
     let delay = decisions.delay();
     if delay.is_zero() {
-        return call(decisions, service, request, runtime);
+        return call(decisions, lease, service, request, runtime);
     }
     let Some(waiting) = runtime.guard.wait() else {
         return State::Answered {
@@ -180,6 +211,7 @@ fn decide<S: Service<Request<B>> + Clone, B>(
             request,
             runtime: Arc::clone(runtime),
             decisions,
+            lease,
             _waiting: waiting,
         })),
     }
@@ -188,6 +220,7 @@ fn decide<S: Service<Request<B>> + Clone, B>(
 /// Calls the service with the decision in the request's extensions.
 fn call<S: Service<Request<B>>, B>(
     decisions: Decisions,
+    lease: Option<Lease>,
     service: &mut S,
     mut request: Request<B>,
     runtime: &Arc<Runtime>,
@@ -198,6 +231,7 @@ fn call<S: Service<Request<B>>, B>(
     State::Calling {
         future: service.call(request),
         headers: Some((Arc::clone(runtime), decisions)),
+        lease,
     }
 }
 
@@ -217,6 +251,19 @@ where
                     let mut pending = *pending.take().expect("polled after completion");
                     let next = decide(
                         decisions,
+                        None,
+                        &mut pending.service,
+                        pending.request,
+                        &pending.runtime,
+                    );
+                    state.set(next);
+                }
+                StateProj::Admitting { admission, pending } => {
+                    let (decisions, lease) = ready!(admission.as_mut().poll(cx));
+                    let mut pending = *pending.take().expect("polled after completion");
+                    let next = decide(
+                        decisions,
+                        lease,
                         &mut pending.service,
                         pending.request,
                         &pending.runtime,
@@ -231,12 +278,18 @@ where
                         request,
                         runtime,
                         decisions,
+                        lease,
                         ..
                     } = delayed;
-                    state.set(call(decisions, &mut service, request, &runtime));
+                    state.set(call(decisions, lease, &mut service, request, &runtime));
                 }
-                StateProj::Calling { future, headers } => {
+                StateProj::Calling {
+                    future,
+                    headers,
+                    lease,
+                } => {
                     let mut response = ready!(future.poll(cx))?;
+                    drop(lease.take());
                     if let Some((runtime, decisions)) = headers.take() {
                         if response.status().is_server_error() {
                             runtime.guard.service_failed();

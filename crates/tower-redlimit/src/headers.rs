@@ -5,7 +5,7 @@ use std::{fmt::Write as _, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use redlimit::{Decision, Decisions, Policy, Reason, RetryAfter};
+use redlimit::{ConcurrencyPolicy, Decision, Decisions, Policy, Reason, RetryAfter};
 
 /// Which rate-limit headers responses carry; see
 /// [`RateLimitLayer::headers`](crate::RateLimitLayer::headers).
@@ -59,8 +59,12 @@ pub(crate) fn seconds_up(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The `RateLimit-Policy` value of `policies`, which never changes: `"name";q=100;w=60, …`.
-pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
+/// The `RateLimit-Policy` value of `policies` and a concurrency limit, which never changes:
+/// `"name";q=100;w=60, "in-flight";q=5;qu="concurrent-requests"`.
+pub(crate) fn policy_value(
+    policies: &[Policy],
+    concurrency: Option<&ConcurrencyPolicy>,
+) -> HeaderValue {
     let mut value = String::new();
     for p in policies {
         let separator = if value.is_empty() { "" } else { ", " };
@@ -70,6 +74,14 @@ pub(crate) fn policy_value(policies: &[Policy]) -> HeaderValue {
             p.name(),
             p.limit(),
             seconds_up(p.window())
+        );
+    }
+    if let Some(p) = concurrency {
+        let _ = write!(
+            value,
+            ", \"{}\";q={};qu=\"concurrent-requests\"",
+            p.name(),
+            p.limit()
         );
     }
     // Policy names are limited to A-Z a-z 0-9 _ - . and the rest are digits: always valid.

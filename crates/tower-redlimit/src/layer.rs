@@ -2,7 +2,7 @@ use std::{fmt, sync::Arc};
 
 use bytes::Bytes;
 use http::{Response, StatusCode, request::Parts};
-use redlimit::{ConfigError, GuardedLimiter, Limiter, Policy};
+use redlimit::{ConcurrencyPolicy, ConfigError, GuardedLimiter, Limiter, Policy};
 use tower_layer::Layer;
 
 use crate::{ClientIp, HeaderStyle, KeyExtractor, RateLimit, Rejected, runtime::Runtime};
@@ -146,6 +146,34 @@ impl RateLimitLayer {
         respond: impl Fn(&Rejected<'_>) -> Response<Bytes> + Send + Sync + 'static,
     ) -> Self {
         self.runtime().rejection = Some(Arc::new(respond));
+        self
+    }
+
+    /// Besides the rate policies, at most `policy.limit()` requests of one key in flight at
+    /// once (Stripe's concurrent-requests limiter): after the rate check, the request takes a
+    /// lease, held until the service's response is ready or the request is dropped, and a
+    /// request with every slot taken gets 429. The guard's budget and failure policy apply.
+    /// `RateLimit-Policy` lists it with `qu="concurrent-requests"`. Defaults to none.
+    ///
+    /// A lease is kept alive while its request runs ([`Lease::keep_alive`](redlimit::Lease::keep_alive))
+    /// and given back when the response head is ready (a streamed body may still be sending)
+    /// or the request is dropped. A process that dies holding leases frees them after their TTL.
+    ///
+    /// ```
+    /// use redlimit::{ConcurrencyPolicy, Limiter, MemoryBackend, Policy, Algorithm};
+    /// use tower_redlimit::RateLimitLayer;
+    ///
+    /// let per_minute = Policy::builder("per-minute", Algorithm::Gcra)
+    ///     .limit(100)
+    ///     .window(std::time::Duration::from_secs(60))
+    ///     .build()?;
+    /// let two_at_once = ConcurrencyPolicy::builder("in-flight").limit(2).build()?;
+    /// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [per_minute])?
+    ///     .concurrency(two_at_once);
+    /// # Ok::<(), redlimit::ConfigError>(())
+    /// ```
+    pub fn concurrency(mut self, policy: ConcurrencyPolicy) -> Self {
+        self.runtime().set_concurrency(policy);
         self
     }
 

@@ -5,10 +5,11 @@ use std::{borrow::Cow, sync::Arc};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header, request::Parts};
-use redlimit::{Decisions, GuardedLimiter};
+use redlimit::{ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
 
 use crate::{
     HeaderStyle, KeyExtractor, MissingKey,
+    future::Admission,
     headers::{self, policy_value, seconds_up},
     response::{Rejected, default_response},
 };
@@ -19,6 +20,8 @@ pub(crate) type RejectionFn = dyn Fn(&Rejected<'_>) -> Response<Bytes> + Send + 
 #[derive(Clone)]
 pub(crate) struct Runtime {
     pub(crate) guard: GuardedLimiter,
+    /// In flight at once per key, checked after the rate policies.
+    pub(crate) concurrency: Option<ConcurrencyPolicy>,
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: Arc<CostFn>,
     pub(crate) headers: HeaderStyle,
@@ -32,7 +35,8 @@ pub(crate) struct Runtime {
 impl Runtime {
     pub(crate) fn new(guard: GuardedLimiter, key: Arc<dyn KeyExtractor>) -> Self {
         Self {
-            policy_header: policy_value(guard.policies()),
+            policy_header: policy_value(guard.policies(), None),
+            concurrency: None,
             guard,
             key,
             cost: Arc::new(|_: &Parts| 1),
@@ -55,6 +59,27 @@ impl Runtime {
             (None, MissingKey::Shared(key)) => Ok(Some(Cow::Borrowed(key))),
             (None, MissingKey::Reject(status)) => Err(*status),
         }
+    }
+
+    /// Limits requests in flight per key to `policy` besides the rate policies.
+    pub(crate) fn set_concurrency(&mut self, policy: ConcurrencyPolicy) {
+        self.policy_header = policy_value(self.guard.policies(), Some(&policy));
+        self.concurrency = Some(policy);
+    }
+
+    /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit.
+    pub(crate) fn admission(&self, key: String, cost: u64) -> Admission {
+        let check = self.guard.check(&key, cost);
+        let guard = self.guard.clone();
+        let policy = self.concurrency.clone();
+        Box::pin(async move {
+            let decisions = check.await;
+            let Some(policy) = policy.filter(|_| decisions.allowed()) else {
+                return (decisions, None);
+            };
+            let (decision, lease) = guard.acquire(&policy, &key).await;
+            (decisions.and(decision), lease.map(Lease::keep_alive))
+        })
     }
 
     pub(crate) fn missing_key_response(status: StatusCode) -> Response<Bytes> {

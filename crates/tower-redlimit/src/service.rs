@@ -92,6 +92,13 @@ where
         let runtime = &self.runtime;
         let (parts, body) = request.into_parts();
         let check = match runtime.key_of(&parts) {
+            Ok(Some(key)) if runtime.concurrency.is_some() => {
+                let admission = runtime.admission(key.into_owned(), runtime.cost_of(&parts));
+                let request = Request::from_parts(parts, body);
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                return ResponseFuture::admitting(admission, ready, request, Arc::clone(runtime));
+            }
             Ok(Some(key)) => runtime.guard.check(&key, runtime.cost_of(&parts)),
             // Unlimited: the service that is ready takes it now.
             Ok(None) => {

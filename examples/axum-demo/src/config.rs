@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, fmt, net::SocketAddr, str::FromStr, time::Duration};
 
-use redlimit::{Algorithm, FailurePolicy, Policy};
+use redlimit::{Algorithm, ConcurrencyPolicy, FailurePolicy, Policy};
 use serde::{Deserialize, Deserializer, de::Error as _};
 use tower_redlimit::{ClientIpHeader, HeaderStyle};
 
@@ -166,6 +166,40 @@ pub struct Route {
     /// With `mode = "delay"`: the longest a request waits, such as `"2s"`.
     #[serde(default, deserialize_with = "optional_duration")]
     pub max_delay: Option<Duration>,
+    /// At most this many requests of one key in flight at once. Defaults to no such limit.
+    pub concurrency: Option<u64>,
+    /// How long a concurrency lease lives unless given back, such as `"30s"` (the default): a
+    /// crashed instance's slots come free after it.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub lease_ttl: Option<Duration>,
+    /// What the route answers: `hello` (the default), or `sleep:200ms` (hello after a pause,
+    /// for trying concurrency limits).
+    #[serde(default, deserialize_with = "parsed")]
+    pub handler: Handler,
+}
+
+/// What a route's handler does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Handler {
+    /// Answers at once.
+    #[default]
+    Hello,
+    /// Answers after this pause.
+    Sleep(Duration),
+}
+
+impl FromStr for Handler {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "hello" => Ok(Self::Hello),
+            Some(("sleep", pause)) => humantime::parse_duration(pause)
+                .map(Self::Sleep)
+                .map_err(|e| format!("handler {s:?}: {e}")),
+            _ => Err(format!("handler {s:?} is not hello or sleep:DURATION")),
+        }
+    }
 }
 
 /// What a route does with a request over its limit.
@@ -355,6 +389,7 @@ impl Config {
         let mut names = HashMap::new();
         for route in &self.routes {
             let policy = route.policy()?;
+            route.concurrency_policy()?;
             if let Some(other) = names.insert(policy.name().to_owned(), &route.path) {
                 return err(format!(
                     "route {}: name: {:?} is already route {other}'s",
@@ -419,6 +454,30 @@ impl Route {
             (Mode::Reject, None) => {}
         }
         builder.build().map_err(|e| at(&e))
+    }
+
+    /// The route's concurrency limit, if it has one: named after its policy.
+    ///
+    /// # Errors
+    /// A message naming the route and the field.
+    pub fn concurrency_policy(&self) -> Result<Option<ConcurrencyPolicy>, ConfigFileError> {
+        let at =
+            |message: &dyn fmt::Display| ConfigFileError(format!("route {}: {message}", self.path));
+        let Some(limit) = self.concurrency else {
+            return match self.lease_ttl {
+                Some(_) => Err(at(&"lease_ttl needs concurrency")),
+                None => Ok(None),
+            };
+        };
+        let name = format!("{}.in-flight", self.policy()?.name());
+        let mut builder = ConcurrencyPolicy::builder(name).limit(limit);
+        if let Some(ttl) = self.lease_ttl {
+            builder = builder.lease_ttl(ttl);
+        }
+        builder.build().map(Some).map_err(|e| {
+            let e = e.to_string().replace("limit", "concurrency");
+            at(&e)
+        })
     }
 }
 
@@ -539,6 +598,18 @@ mod tests {
             (
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nmode = \"wait\""),
                 "mode",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nconcurrency = 0"),
+                "concurrency",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nlease_ttl = \"1s\""),
+                "lease_ttl needs concurrency",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nhandler = \"nap:1s\""),
+                "handler",
             ),
             ("".to_owned(), "route"),
             (

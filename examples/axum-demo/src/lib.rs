@@ -10,7 +10,7 @@ use axum::{Extension, Router, http::Uri, routing::get};
 use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, RedisBackend};
 use tower_redlimit::{ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
-use self::config::{KeyKind, RedisUrl, Store};
+use self::config::{Handler, KeyKind, RedisUrl, Store};
 pub use self::{
     config::{Config, ConfigFileError},
     metrics::{install_metrics, metrics_router},
@@ -60,7 +60,10 @@ pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
             .failure(config.failure.policy())
             .budget(config.budget)
             .shadow(route.shadow);
-        let layer = RateLimitLayer::new(guard).headers(config.headers);
+        let mut layer = RateLimitLayer::new(guard).headers(config.headers);
+        if let Some(concurrency) = route.concurrency_policy()? {
+            layer = layer.concurrency(concurrency);
+        }
         let layer = match &route.key {
             KeyKind::Ip => layer.key(client_ip.clone()),
             KeyKind::Global => layer.key(Global),
@@ -68,7 +71,16 @@ pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
                 .key(HeaderKey::new(name).map_err(|e| at(&format!("key: {e}")))?)
                 .missing_key(MissingKey::Shared("anonymous".to_owned())),
         };
-        router = router.route(&route.path, get(hello).route_layer(layer));
+        let handler = match route.handler {
+            Handler::Hello => get(hello),
+            Handler::Sleep(pause) => get(
+                move |uri: Uri, decision: Option<Extension<Decision>>| async move {
+                    tokio::time::sleep(pause).await;
+                    hello(uri, decision).await
+                },
+            ),
+        };
+        router = router.route(&route.path, handler.route_layer(layer));
     }
     Ok(router)
 }

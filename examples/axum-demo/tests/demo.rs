@@ -382,3 +382,76 @@ async fn a_delay_route_serves_what_fits_within_max_delay_across_two_processes() 
     assert_eq!(retries.len(), 10);
     assert!(retries.iter().all(|secs| *secs >= 1), "{retries:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_process_that_holds_leases_frees_them_within_their_ttl() {
+    let server = RedisServer::start();
+    let route = |handler: &str| {
+        format!(
+            "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/busy\"\nalgorithm = \"gcra\"\nlimit = 1000\nwindow = \"1s\"\nkey = \"global\"\nconcurrency = 2\nlease_ttl = \"1s\"\nhandler = \"{handler}\"\n",
+            server.url()
+        )
+    };
+    let mut holder = Demo::start(&route("sleep:1h")).await;
+    let other = Demo::start(&route("hello")).await;
+    // Two requests that never finish hold both slots: sent, never read.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(holder.address)
+            .await
+            .expect("a connection");
+        stream
+            .write_all(b"GET /busy HTTP/1.1\r\nHost: demo\r\n\r\n")
+            .await
+            .expect("a request");
+        held.push(stream);
+    }
+    // Both leases are taken (seen in Redis), then the other process is turned away.
+    let started = Instant::now();
+    let mut redis = server.connection();
+    while redlimit::deadpool_redis::redis::cmd("ZCARD")
+        .arg("redlimit:busy.in-flight:{global}:cc:2")
+        .query::<u64>(&mut redis)
+        .expect("ZCARD")
+        < 2
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the slots were never taken"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let turned_away = http_get(other.address, "/busy", &[]).await;
+    assert_eq!(turned_away.status, 429, "{turned_away:?}");
+    assert!(
+        turned_away
+            .header("ratelimit-policy")
+            .is_some_and(|v| v.contains("\"busy.in-flight\";q=2;qu=\"concurrent-requests\"")),
+        "{turned_away:?}"
+    );
+    // Kept alive past their TTL while the holder lives.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let still = http_get(other.address, "/busy", &[]).await;
+    assert_eq!(still.status, 429, "renewed past the 1 s TTL: {still:?}");
+    holder.child.kill().expect("killing the holder");
+    holder.child.wait().expect("reaping it");
+    let killed = Instant::now();
+    loop {
+        let response = http_get(other.address, "/busy", &[]).await;
+        if response.status == 200 {
+            break;
+        }
+        assert_eq!(response.status, 429, "{response:?}");
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the dead process's leases were never reclaimed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "slots free {:?} after the kill (lease TTL 1 s)",
+        killed.elapsed()
+    );
+    drop(held);
+}

@@ -142,3 +142,88 @@ async fn four_instances_never_hold_more_than_the_limit() {
     let memory = Limiter::new(MemoryBackend::default());
     assert!(memory.acquire(&p, "c").await.expect("acquire").0.allowed);
 }
+
+/// An app on its own Redis connection, 5 requests in flight at most, whose handler counts how
+/// many run at once and sleeps 100 ms.
+async fn instance(
+    url: &str,
+    in_flight: &Arc<AtomicUsize>,
+    most: &Arc<AtomicUsize>,
+) -> std::net::SocketAddr {
+    use axum::{Router, routing::get};
+    use redlimit::{Algorithm, GuardedLimiter, Policy, RedisBackend};
+    use tower_redlimit::{Global, RateLimitLayer};
+
+    let backend = RedisBackend::builder(url)
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let generous = Policy::builder("per-minute", Algorithm::Gcra)
+        .limit(100_000)
+        .window(Duration::from_secs(60))
+        .build()
+        .expect("valid");
+    let guard = GuardedLimiter::new(Limiter::new(backend), [generous])
+        .expect("a guard")
+        .budget(Duration::from_secs(5));
+    let layer = RateLimitLayer::new(guard).key(Global).concurrency(policy(
+        "five",
+        5,
+        Duration::from_secs(30),
+    ));
+    let (in_flight, most) = (Arc::clone(in_flight), Arc::clone(most));
+    let handler = move || {
+        let (in_flight, most) = (Arc::clone(&in_flight), Arc::clone(&most));
+        async move {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            "ok"
+        }
+    };
+    redlimit_tests::serve(Router::new().route("/", get(handler)).layer(layer)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_layer_four_instances_never_run_more_than_five_at_once() {
+    let server = RedisServer::start();
+    let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut addresses = Vec::new();
+    for _ in 0..4 {
+        addresses.push(instance(&server.url(), &in_flight, &most).await);
+    }
+    let first = redlimit_tests::http_get(addresses[0], "/", &[]).await;
+    let policy_header = first.header("ratelimit-policy").expect("RateLimit-Policy");
+    assert!(
+        policy_header.contains("\"five\";q=5;qu=\"concurrent-requests\""),
+        "{policy_header}"
+    );
+    let mut requests = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let address = addresses[i % 4];
+        requests.spawn(async move {
+            let started = Instant::now();
+            let mut turned_away = 0;
+            loop {
+                let response = redlimit_tests::http_get(address, "/", &[]).await;
+                if response.status == 200 {
+                    return turned_away;
+                }
+                assert_eq!(response.status, 429, "{response:?}");
+                assert!(response.header("retry-after").is_some());
+                turned_away += 1;
+                assert!(started.elapsed() < Duration::from_secs(120), "starved");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+    }
+    let mut turned_away = 0;
+    while let Some(request) = requests.join_next().await {
+        turned_away += request.expect("a request task");
+    }
+    let most = most.load(Ordering::SeqCst);
+    println!("200 served, at most {most} at once, {turned_away} turned away meanwhile");
+    assert!((1..=5).contains(&most), "{most} in the handler at once");
+    assert!(turned_away > 0, "the limit was reached");
+}

@@ -1,4 +1,4 @@
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use crate::{Decision, Limiter, MemoryBackend, Policy, Reason, RetryAfter};
 
@@ -25,27 +25,37 @@ impl FailurePolicy {
 
 impl Decision {
     pub(crate) fn fail_open(policy: &Policy) -> Self {
+        Self::fail_open_of(policy.shared_name(), policy.limit())
+    }
+
+    /// A fail-open decision of the limit `limit` named `policy`.
+    pub(crate) fn fail_open_of(policy: Arc<str>, limit: u64) -> Self {
         Self {
             allowed: true,
-            limit: policy.limit(),
-            remaining: policy.limit(),
+            limit,
+            remaining: limit,
             reset_after: Duration::ZERO,
             retry_after: None,
             delay: Duration::ZERO,
-            policy: policy.shared_name(),
+            policy,
             reason: Reason::FailOpen,
         }
     }
 
     pub(crate) fn fail_closed(policy: &Policy, retry: Duration) -> Self {
+        Self::fail_closed_of(policy.shared_name(), policy.limit(), retry)
+    }
+
+    /// A fail-closed decision of the limit `limit` named `policy`.
+    pub(crate) fn fail_closed_of(policy: Arc<str>, limit: u64, retry: Duration) -> Self {
         Self {
             allowed: false,
-            limit: policy.limit(),
+            limit,
             remaining: 0,
             reset_after: Duration::ZERO,
             retry_after: Some(RetryAfter::After(retry)),
             delay: Duration::ZERO,
-            policy: policy.shared_name(),
+            policy,
             reason: Reason::FailClosed,
         }
     }

@@ -9,8 +9,9 @@ use tracing::{Instrument, Span, field};
 
 use super::{block_cache::Slot, error_log::ErrorLog, metrics::Metrics, waiting::Waiters};
 use crate::{
-    BlockCache, Check, CircuitBreaker, ConfigError, Decision, Decisions, Error, ErrorKind,
-    FailurePolicy, Limiter, Policy, Reason, Stats, Timestamp, Waiting, backend::Started, client_id,
+    BlockCache, Check, CircuitBreaker, ConcurrencyPolicy, ConfigError, Decision, Decisions, Error,
+    ErrorKind, FailurePolicy, Lease, Limiter, Policy, Reason, Stats, Timestamp, Waiting,
+    backend::Started, client_id,
 };
 
 /// A source of explicit check times, for tests and replays; see [`GuardedLimiter::clock`].
@@ -288,6 +289,46 @@ impl GuardedLimiter {
         self.inner.shadow
     }
 
+    /// Takes a slot of the concurrency `policy` for `client`, within the guard's budget; never
+    /// fails: when the backend does, the failure policy answers (open: allowed without a
+    /// lease; closed: denied; local: a lease of the local limiter, reason
+    /// [`Reason::Fallback`]). See [`Limiter::acquire`].
+    pub async fn acquire(
+        &self,
+        policy: &ConcurrencyPolicy,
+        client: &str,
+    ) -> (Decision, Option<Lease>) {
+        let guard = &*self.inner;
+        let error = match guard
+            .within_budget(guard.limiter.acquire(policy, client))
+            .await
+        {
+            Ok(acquired) => return acquired,
+            Err(error) => error,
+        };
+        guard.count_failed(error.kind());
+        guard.errors.report(&error, &guard.policies);
+        let name: Arc<str> = policy.name().into();
+        let retry = guard.breakers[0].cooldown().max(Duration::from_secs(1));
+        let local = match &guard.failure {
+            FailurePolicy::Open => return (Decision::fail_open_of(name, policy.limit()), None),
+            FailurePolicy::Closed => {
+                return (Decision::fail_closed_of(name, policy.limit(), retry), None);
+            }
+            FailurePolicy::Local(local) => local,
+        };
+        match local.acquire(policy, client).await {
+            Ok((decision, lease)) => (
+                Decision {
+                    reason: Reason::Fallback,
+                    ..decision
+                },
+                lease,
+            ),
+            Err(_) => (Decision::fail_closed_of(name, policy.limit(), retry), None),
+        }
+    }
+
     /// The block cache, if there is one.
     pub fn blocks(&self) -> Option<&BlockCache> {
         self.inner.blocks.as_deref()
@@ -452,10 +493,10 @@ impl Guard {
         &self.breakers[0]
     }
 
-    async fn within_budget(
+    async fn within_budget<T>(
         &self,
-        answer: impl Future<Output = Result<Decisions, Error>>,
-    ) -> Result<Decisions, Error> {
+        answer: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
         if self.budget.is_zero() {
             return answer.await;
         }
