@@ -55,6 +55,9 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 /// | `redlimit_service_failures_total` | counter | `policy` | see [`service_failed`](Self::service_failed) |
 /// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |
 /// | `redlimit_circuit_open` | gauge | `policy`, `circuit` | 1 while a circuit is open, else 0; `circuit` is `0`, or a Cluster's slot range such as `0-255` |
+/// | `redlimit_delayed_total` | counter | `policy` | delay mode: requests admitted to wait for their slot |
+/// | `redlimit_delay_rejected_total` | counter | `policy` | delay mode: requests with no place left to wait |
+/// | `redlimit_waiting` | gauge | `policy` | delay mode: requests waiting now |
 ///
 /// `policy` is the policy's name on decisions, and the guard's policy names joined by `+` on
 /// the series of a whole check.
