@@ -5,7 +5,9 @@ use http::{Response, StatusCode, request::Parts};
 use redlimit::{ConcurrencyPolicy, ConfigError, GuardedLimiter, Limiter, Policy};
 use tower_layer::Layer;
 
-use crate::{ClientIp, HeaderStyle, KeyExtractor, RateLimit, Rejected, runtime::Runtime};
+use crate::{
+    AccessList, ClientIp, HeaderStyle, KeyExtractor, RateLimit, Rejected, runtime::Runtime,
+};
 
 /// What to do with a request the key extractor finds no key for.
 ///
@@ -174,6 +176,26 @@ impl RateLimitLayer {
     /// ```
     pub fn concurrency(mut self, policy: ConcurrencyPolicy) -> Self {
         self.runtime().set_concurrency(policy);
+        self
+    }
+
+    /// Clients served without any limit and without a backend call (partners, health checkers,
+    /// your own offices). The deny list is checked first. Defaults to none.
+    pub fn allow(mut self, list: AccessList) -> Self {
+        self.runtime().allow = Some(list);
+        self
+    }
+
+    /// Clients answered with [`deny_status`](Self::deny_status) (403 by default) without a
+    /// backend call and without calling the service. Defaults to none.
+    pub fn deny(mut self, list: AccessList) -> Self {
+        self.runtime().deny = Some(list);
+        self
+    }
+
+    /// The status of a request on the [`deny`](Self::deny) list. Defaults to 403 Forbidden.
+    pub fn deny_status(mut self, status: StatusCode) -> Self {
+        self.runtime().deny_status = status;
         self
     }
 

@@ -38,6 +38,8 @@
 //!   in the one header named by [`ClientIpHeader`]; never the leftmost, which the client writes), [`HeaderKey`] (API keys), [`MatchedRoute`]
 //!   (feature `axum`), [`Global`], [`Both`], or any `Fn(&Parts) -> Option<String>`. A request
 //!   without one follows [`MissingKey`].
+//! - **Lists.** An [`AccessList`] to [`allow`](RateLimitLayer::allow) (unlimited) or
+//!   [`deny`](RateLimitLayer::deny) (403) clients by network or key, before any check.
 //! - **A check** of all the guard's policies in one round trip. The memory backend, a client the
 //!   block cache knows is over its limit, and an open circuit decide at once, without a future;
 //!   a check on Redis waits at most the guard's budget, then the failure policy answers.
@@ -78,6 +80,7 @@
 //! - `tonic`: client IPs from tonic's `TcpConnectInfo`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod access_list;
 mod future;
 mod headers;
 mod key;
@@ -91,6 +94,7 @@ mod service;
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use self::key::MatchedRoute;
 pub use self::{
+    access_list::AccessList,
     future::ResponseFuture,
     headers::HeaderStyle,
     key::{Both, ClientIp, ClientIpHeader, Global, HeaderKey, KeyExtractor},

@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode, header, request::Parts}
 use redlimit::{ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
 
 use crate::{
-    HeaderStyle, KeyExtractor, MissingKey,
+    AccessList, HeaderStyle, KeyExtractor, MissingKey,
     future::Admission,
     headers::{self, policy_value, seconds_up},
     response::{Rejected, default_response},
@@ -30,6 +30,18 @@ pub(crate) struct Runtime {
     pub(crate) problem_json: bool,
     pub(crate) rejection: Option<Arc<RejectionFn>>,
     pub(crate) missing_key: MissingKey,
+    /// Served unlimited, with no backend call.
+    pub(crate) allow: Option<AccessList>,
+    /// Answered with `deny_status`, with no backend call and no service call.
+    pub(crate) deny: Option<AccessList>,
+    pub(crate) deny_status: StatusCode,
+}
+
+/// What the access lists say of a request.
+pub(crate) enum Listed {
+    Allowed,
+    Denied(Response<Bytes>),
+    Neither,
 }
 
 impl Runtime {
@@ -44,6 +56,9 @@ impl Runtime {
             problem_json: false,
             rejection: None,
             missing_key: MissingKey::default(),
+            allow: None,
+            deny: None,
+            deny_status: StatusCode::FORBIDDEN,
         }
     }
 
@@ -80,6 +95,29 @@ impl Runtime {
             let (decision, lease) = guard.acquire(&policy, &key).await;
             (decisions.and(decision), lease.map(Lease::keep_alive))
         })
+    }
+
+    /// The deny list first, then the allow list; each counted by the guard.
+    pub(crate) fn listed(&self, request: &Parts, key: Option<&str>) -> Listed {
+        if self
+            .deny
+            .as_ref()
+            .is_some_and(|deny| deny.contains(request, key))
+        {
+            self.guard.listed(false);
+            let mut response = Response::new(Bytes::from_static(b"this client is not allowed\n"));
+            *response.status_mut() = self.deny_status;
+            return Listed::Denied(response);
+        }
+        if self
+            .allow
+            .as_ref()
+            .is_some_and(|allow| allow.contains(request, key))
+        {
+            self.guard.listed(true);
+            return Listed::Allowed;
+        }
+        Listed::Neither
     }
 
     pub(crate) fn missing_key_response(status: StatusCode) -> Response<Bytes> {

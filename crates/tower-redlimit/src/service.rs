@@ -6,7 +6,10 @@ use std::{
 use http::{Request, Response};
 use tower_service::Service;
 
-use crate::{future::ResponseFuture, runtime::Runtime};
+use crate::{
+    future::ResponseFuture,
+    runtime::{Listed, Runtime},
+};
 
 /// A service limited by a [`RateLimitLayer`](crate::RateLimitLayer).
 ///
@@ -91,7 +94,18 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let runtime = &self.runtime;
         let (parts, body) = request.into_parts();
-        let check = match runtime.key_of(&parts) {
+        let key = runtime.key_of(&parts);
+        if runtime.allow.is_some() || runtime.deny.is_some() {
+            match runtime.listed(&parts, key.as_ref().ok().and_then(Option::as_deref)) {
+                Listed::Denied(response) => return ResponseFuture::ready(response),
+                Listed::Allowed => {
+                    let request = Request::from_parts(parts, body);
+                    return ResponseFuture::pass(self.inner.call(request));
+                }
+                Listed::Neither => {}
+            }
+        }
+        let check = match key {
             Ok(Some(key)) if runtime.concurrency.is_some() => {
                 let admission = runtime.admission(key.into_owned(), runtime.cost_of(&parts));
                 let request = Request::from_parts(parts, body);

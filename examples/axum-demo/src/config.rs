@@ -4,7 +4,7 @@ use std::{collections::HashMap, fmt, net::SocketAddr, str::FromStr, time::Durati
 
 use redlimit::{Algorithm, ConcurrencyPolicy, FailurePolicy, Policy};
 use serde::{Deserialize, Deserializer, de::Error as _};
-use tower_redlimit::{ClientIpHeader, HeaderStyle};
+use tower_redlimit::{AccessList, ClientIpHeader, HeaderStyle};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
@@ -38,6 +38,13 @@ pub struct Config {
     pub headers: HeaderStyle,
     /// Where `GET /metrics` (Prometheus text) is served. Defaults to the main listener.
     pub metrics_listen: Option<SocketAddr>,
+    /// Clients of every route served unlimited: networks (`10.0.0.0/8`, `203.0.113.9`) and
+    /// keys (`key:k1`).
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Clients of every route answered 403, as `allow`.
+    #[serde(default)]
+    pub deny: Vec<String>,
     /// The limited routes.
     #[serde(rename = "route", default)]
     pub routes: Vec<Route>,
@@ -172,6 +179,12 @@ pub struct Route {
     /// crashed instance's slots come free after it.
     #[serde(default, deserialize_with = "optional_duration")]
     pub lease_ttl: Option<Duration>,
+    /// This route's clients served unlimited, besides the top-level `allow`.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// This route's clients answered 403, besides the top-level `deny`.
+    #[serde(default)]
+    pub deny: Vec<String>,
     /// What the route answers: `hello` (the default), or `sleep:200ms` (hello after a pause,
     /// for trying concurrency limits).
     #[serde(default, deserialize_with = "parsed")]
@@ -390,6 +403,13 @@ impl Config {
         for route in &self.routes {
             let policy = route.policy()?;
             route.concurrency_policy()?;
+            for (field, top, own) in [
+                ("allow", &self.allow, &route.allow),
+                ("deny", &self.deny, &route.deny),
+            ] {
+                AccessList::new(top.iter().chain(own))
+                    .map_err(|e| ConfigFileError(format!("route {}: {field}: {e}", route.path)))?;
+            }
             if let Some(other) = names.insert(policy.name().to_owned(), &route.path) {
                 return err(format!(
                     "route {}: name: {:?} is already route {other}'s",
@@ -610,6 +630,11 @@ mod tests {
             (
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nhandler = \"nap:1s\""),
                 "handler",
+            ),
+            (one_route("allow = [\"10.0.0.0/33\"]", "/a"), "allow"),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\ndeny = [\"nonsense\"]"),
+                "deny",
             ),
             ("".to_owned(), "route"),
             (

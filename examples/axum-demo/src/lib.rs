@@ -8,7 +8,7 @@ mod metrics;
 
 use axum::{Extension, Router, http::Uri, routing::get};
 use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, RedisBackend};
-use tower_redlimit::{ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
+use tower_redlimit::{AccessList, ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
 use self::config::{Handler, KeyKind, RedisUrl, Store};
 pub use self::{
@@ -61,6 +61,17 @@ pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
             .budget(config.budget)
             .shadow(route.shadow);
         let mut layer = RateLimitLayer::new(guard).headers(config.headers);
+        let list = |top: &[String], own: &[String]| {
+            AccessList::new(top.iter().chain(own))
+                .map(|list| list.client_ip(client_ip.clone()))
+                .map_err(|e| at(&e))
+        };
+        if !config.allow.is_empty() || !route.allow.is_empty() {
+            layer = layer.allow(list(&config.allow, &route.allow)?);
+        }
+        if !config.deny.is_empty() || !route.deny.is_empty() {
+            layer = layer.deny(list(&config.deny, &route.deny)?);
+        }
         if let Some(concurrency) = route.concurrency_policy()? {
             layer = layer.concurrency(concurrency);
         }

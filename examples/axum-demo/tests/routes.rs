@@ -52,3 +52,30 @@ async fn a_method_not_allowed_consumes_nothing() {
     );
     assert_eq!(status(&router, Method::GET, "/only").await, 429);
 }
+
+#[tokio::test]
+async fn listed_keys_are_served_unlimited_or_turned_away() {
+    let text = "deny = [\"key:stolen\"]\n[[route]]\npath = \"/api\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nallow = [\"key:partner\"]\n";
+    let router = app(&Config::parse(text).expect("valid")).expect("a router");
+    let with_key = |key: &'static str| {
+        let router = router.clone();
+        async move {
+            let request = Request::get("/api")
+                .header("x-api-key", key)
+                .body(Body::empty())
+                .expect("request");
+            router
+                .oneshot(request)
+                .await
+                .expect("infallible")
+                .status()
+                .as_u16()
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(with_key("partner").await, 200, "allowed: unlimited");
+        assert_eq!(with_key("stolen").await, 403, "denied everywhere");
+    }
+    assert_eq!(with_key("someone").await, 200);
+    assert_eq!(with_key("someone").await, 429, "everyone else is limited");
+}

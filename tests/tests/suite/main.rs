@@ -13,6 +13,7 @@ mod layer_axum;
 mod layer_failures;
 mod layer_headers;
 mod leases;
+mod lists;
 mod multi_policy;
 mod observability;
 mod oom;

@@ -14,14 +14,14 @@ use crate::support::{keyed_app, policy, send};
 
 /// A guard whose series count into a recorder of its own (a guard registers them with the
 /// recorder in force when it is built), and that recorder's snapshots.
-fn recorded(build: impl FnOnce() -> GuardedLimiter) -> (GuardedLimiter, Snapshotter) {
+pub(crate) fn recorded(build: impl FnOnce() -> GuardedLimiter) -> (GuardedLimiter, Snapshotter) {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     (metrics::with_local_recorder(&recorder, build), snapshotter)
 }
 
 /// One value per series: counters and gauges as numbers, histograms as their sample count.
-fn values(snapshotter: &Snapshotter) -> Vec<(CompositeKey, f64)> {
+pub(crate) fn values(snapshotter: &Snapshotter) -> Vec<(CompositeKey, f64)> {
     snapshotter
         .snapshot()
         .into_vec()
@@ -38,7 +38,7 @@ fn values(snapshotter: &Snapshotter) -> Vec<(CompositeKey, f64)> {
 }
 
 /// The value of the series `name` whose labels are exactly `labels`; 0 when never registered.
-fn value(all: &[(CompositeKey, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(all: &[(CompositeKey, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
     let matching: Vec<f64> = all
         .iter()
         .filter(|(key, _)| {

@@ -55,6 +55,7 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 /// | `redlimit_service_failures_total` | counter | `policy` | see [`service_failed`](Self::service_failed) |
 /// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |
 /// | `redlimit_circuit_open` | gauge | `policy`, `circuit` | 1 while a circuit is open, else 0; `circuit` is `0`, or a Cluster's slot range such as `0-255` |
+/// | `redlimit_listed_total` | counter | `policy`, `list` | requests on the layer's `allow` or `deny` list |
 /// | `redlimit_delayed_total` | counter | `policy` | delay mode: requests admitted to wait for their slot |
 /// | `redlimit_delay_rejected_total` | counter | `policy` | delay mode: requests with no place left to wait |
 /// | `redlimit_waiting` | gauge | `policy` | delay mode: requests waiting now |
@@ -285,6 +286,13 @@ impl GuardedLimiter {
     pub fn service_failed(&self) {
         self.inner.stats.count_service_failure();
         self.inner.metrics.service_failed();
+    }
+
+    /// Counts a request that an allow list (`allowed`) or a deny list let through or turned
+    /// away without a check, in `redlimit_listed_total{list="allow"|"deny"}`. The tower layer
+    /// calls it.
+    pub fn listed(&self, allowed: bool) {
+        self.inner.metrics.listed(allowed);
     }
 
     /// Whether the guard is in shadow (dry-run) mode; see [`shadow`](Self::shadow).

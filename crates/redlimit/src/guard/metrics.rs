@@ -20,6 +20,8 @@ pub(crate) const SERVICE_FAILURES: &str = "redlimit_service_failures_total";
 pub(crate) const CHECK_DURATION: &str = "redlimit_check_duration_seconds";
 /// Whether a circuit is open (1) or closed (0).
 pub(crate) const CIRCUIT_OPEN: &str = "redlimit_circuit_open";
+/// Requests on an allow or deny list, decided without a backend call.
+pub(crate) const LISTED: &str = "redlimit_listed_total";
 /// Delay mode: requests admitted to wait for their slot.
 pub(crate) const DELAYED: &str = "redlimit_delayed_total";
 /// Delay mode: requests turned away because every place to wait was taken.
@@ -96,6 +98,8 @@ pub(crate) struct Metrics {
     errors: [Counter; ErrorKind::COUNT],
     service_failures: Counter,
     delayed: Counter,
+    /// On the allow list, on the deny list.
+    listed: [Counter; 2],
     duration: Histogram,
     /// The `policy` label of series about a whole check: the guard's names joined by `+`.
     label: Arc<str>,
@@ -124,6 +128,8 @@ impl Metrics {
             ),
             service_failures: counter!(SERVICE_FAILURES, "policy" => guard.clone()),
             delayed: counter!(DELAYED, "policy" => guard.clone()),
+            listed: ["allow", "deny"]
+                .map(|list| counter!(LISTED, "policy" => guard.clone(), "list" => list)),
             duration: histogram!(CHECK_DURATION, "policy" => guard),
             label,
         }
@@ -151,6 +157,10 @@ impl Metrics {
 
     pub(crate) fn failed(&self, kind: ErrorKind) {
         self.errors[kind.index()].increment(1);
+    }
+
+    pub(crate) fn listed(&self, allowed: bool) {
+        self.listed[usize::from(!allowed)].increment(1);
     }
 
     pub(crate) fn delayed(&self) {
@@ -219,6 +229,10 @@ fn describe() {
     describe_counter!(
         DELAYED,
         "Requests admitted in delay mode to wait for their slot"
+    );
+    describe_counter!(
+        LISTED,
+        "Requests on the allow or deny list, decided without a backend call"
     );
     describe_counter!(
         DELAY_REJECTED,
