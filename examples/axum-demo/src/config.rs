@@ -179,14 +179,24 @@ pub struct Route {
     /// crashed instance's slots come free after it.
     #[serde(default, deserialize_with = "optional_duration")]
     pub lease_ttl: Option<Duration>,
+    /// The methods the limit applies to, such as `["POST"]`: the route then serves GET, POST,
+    /// PUT, PATCH and DELETE, and the others pass unlimited. Defaults to GET only, served and
+    /// limited (other methods get 405).
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// This route's failure policy, instead of the top-level one (`closed` on `/login`).
+    pub failure: Option<Failure>,
+    /// This route's time budget, instead of the top-level one.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub budget: Option<Duration>,
     /// This route's clients served unlimited, besides the top-level `allow`.
     #[serde(default)]
     pub allow: Vec<String>,
     /// This route's clients answered 403, besides the top-level `deny`.
     #[serde(default)]
     pub deny: Vec<String>,
-    /// What the route answers: `hello` (the default), or `sleep:200ms` (hello after a pause,
-    /// for trying concurrency limits).
+    /// What the route answers: `hello` (the default), `sleep:200ms` (hello after a pause, for
+    /// trying concurrency limits), or `status:401` (that status, for trying failed logins).
     #[serde(default, deserialize_with = "parsed")]
     pub handler: Handler,
 }
@@ -199,7 +209,12 @@ pub enum Handler {
     Hello,
     /// Answers after this pause.
     Sleep(Duration),
+    /// Answers with this status.
+    Status(u16),
 }
+
+/// The methods a route serves when it names the ones it limits.
+pub const SERVED_METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
 impl FromStr for Handler {
     type Err = String;
@@ -210,7 +225,15 @@ impl FromStr for Handler {
             Some(("sleep", pause)) => humantime::parse_duration(pause)
                 .map(Self::Sleep)
                 .map_err(|e| format!("handler {s:?}: {e}")),
-            _ => Err(format!("handler {s:?} is not hello or sleep:DURATION")),
+            Some(("status", code)) => code
+                .parse()
+                .ok()
+                .filter(|code| (200..=599).contains(code))
+                .map(Self::Status)
+                .ok_or_else(|| format!("handler {s:?}: a status from 200 to 599")),
+            _ => Err(format!(
+                "handler {s:?} is not hello, sleep:DURATION or status:CODE"
+            )),
         }
     }
 }
@@ -403,6 +426,23 @@ impl Config {
         for route in &self.routes {
             let policy = route.policy()?;
             route.concurrency_policy()?;
+            if let Some(method) = route
+                .methods
+                .iter()
+                .find(|m| !SERVED_METHODS.contains(&m.to_ascii_uppercase().as_str()))
+            {
+                return err(format!(
+                    "route {}: methods: {method:?} is not one of {}",
+                    route.path,
+                    SERVED_METHODS.join(", ")
+                ));
+            }
+            if route.budget.is_some_and(|b| b.is_zero()) {
+                return err(format!(
+                    "route {}: budget: must be more than zero",
+                    route.path
+                ));
+            }
             for (field, top, own) in [
                 ("allow", &self.allow, &route.allow),
                 ("deny", &self.deny, &route.deny),
@@ -632,6 +672,18 @@ mod tests {
                 "handler",
             ),
             (one_route("allow = [\"10.0.0.0/33\"]", "/a"), "allow"),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nmethods = [\"BREW\"]"),
+                "methods",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nfailure = \"ajar\""),
+                "failure",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nhandler = \"status:99\""),
+                "handler",
+            ),
             (
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\ndeny = [\"nonsense\"]"),
                 "deny",

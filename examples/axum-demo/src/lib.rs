@@ -6,11 +6,15 @@ pub mod cli;
 pub mod config;
 mod metrics;
 
-use axum::{Extension, Router, http::Uri, routing::get};
+use axum::{
+    Extension, Router,
+    http::{StatusCode, Uri},
+    routing::{MethodFilter, MethodRouter, on},
+};
 use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, RedisBackend};
 use tower_redlimit::{AccessList, ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
-use self::config::{Handler, KeyKind, RedisUrl, Store};
+use self::config::{Handler, KeyKind, RedisUrl, Route, SERVED_METHODS, Store};
 pub use self::{
     config::{Config, ConfigFileError},
     metrics::{install_metrics, metrics_router},
@@ -57,8 +61,8 @@ pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
         let at = |e: &dyn std::fmt::Display| ConfigFileError(format!("route {}: {e}", route.path));
         let guard = GuardedLimiter::new(limiter.clone(), [route.policy()?])
             .map_err(|e| at(&e))?
-            .failure(config.failure.policy())
-            .budget(config.budget)
+            .failure(route.failure.unwrap_or(config.failure).policy())
+            .budget(route.budget.unwrap_or(config.budget))
             .shadow(route.shadow);
         let mut layer = RateLimitLayer::new(guard).headers(config.headers);
         let list = |top: &[String], own: &[String]| {
@@ -82,18 +86,55 @@ pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
                 .key(HeaderKey::new(name).map_err(|e| at(&format!("key: {e}")))?)
                 .missing_key(MissingKey::Shared("anonymous".to_owned())),
         };
-        let handler = match route.handler {
-            Handler::Hello => get(hello),
-            Handler::Sleep(pause) => get(
-                move |uri: Uri, decision: Option<Extension<Decision>>| async move {
-                    tokio::time::sleep(pause).await;
-                    hello(uri, decision).await
-                },
-            ),
-        };
-        router = router.route(&route.path, handler.route_layer(layer));
+        router = router.route(&route.path, methods(route, &layer));
     }
     Ok(router)
+}
+
+/// The route's handler for each method it serves, limited by `layer` for the methods it
+/// limits: GET alone by default, or those `methods` names among every served one.
+fn methods(route: &Route, layer: &RateLimitLayer) -> MethodRouter {
+    let served: &[&str] = if route.methods.is_empty() {
+        &["GET"]
+    } else {
+        &SERVED_METHODS
+    };
+    let mut router = MethodRouter::new();
+    for method in served {
+        let filter = match *method {
+            "POST" => MethodFilter::POST,
+            "PUT" => MethodFilter::PUT,
+            "PATCH" => MethodFilter::PATCH,
+            "DELETE" => MethodFilter::DELETE,
+            _ => MethodFilter::GET,
+        };
+        let handler = handler(route.handler, filter);
+        let limited = route.methods.is_empty()
+            || route.methods.iter().any(|m| m.eq_ignore_ascii_case(method));
+        router = router.merge(if limited {
+            handler.route_layer(layer.clone())
+        } else {
+            handler
+        });
+    }
+    router
+}
+
+/// What the route answers, for requests of `filter`'s method.
+fn handler(handler: Handler, filter: MethodFilter) -> MethodRouter {
+    match handler {
+        Handler::Hello => on(filter, hello),
+        Handler::Sleep(pause) => on(
+            filter,
+            move |uri: Uri, decision: Option<Extension<Decision>>| async move {
+                tokio::time::sleep(pause).await;
+                hello(uri, decision).await
+            },
+        ),
+        Handler::Status(code) => on(filter, move || async move {
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        }),
+    }
 }
 
 /// A one-line description of the backend, for the start-up banner.

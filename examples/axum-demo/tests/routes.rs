@@ -79,3 +79,29 @@ async fn listed_keys_are_served_unlimited_or_turned_away() {
     assert_eq!(with_key("someone").await, 200);
     assert_eq!(with_key("someone").await, 429, "everyone else is limited");
 }
+
+#[tokio::test]
+async fn methods_limits_only_those_and_handlers_can_answer_a_status() {
+    let text = "[[route]]\npath = \"/login\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1h\"\nkey = \"global\"\nmethods = [\"post\"]\nhandler = \"status:401\"\n";
+    let router = app(&Config::parse(text).expect("valid")).expect("a router");
+    assert_eq!(status(&router, Method::POST, "/login").await, 401);
+    assert_eq!(status(&router, Method::POST, "/login").await, 429);
+    for method in [Method::GET, Method::PUT, Method::DELETE] {
+        for _ in 0..3 {
+            assert_eq!(
+                status(&router, method.clone(), "/login").await,
+                401,
+                "{method} is not limited"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_route_can_fail_closed_while_the_others_fail_open() {
+    // Nothing listens on port 1: every check fails at once.
+    let text = "redis_url = \"redis://127.0.0.1:1\"\nbudget = \"2s\"\n[[route]]\npath = \"/login\"\nalgorithm = \"gcra\"\nlimit = 5\nwindow = \"1m\"\nkey = \"global\"\nfailure = \"closed\"\n[[route]]\npath = \"/browse\"\nalgorithm = \"gcra\"\nlimit = 5\nwindow = \"1m\"\nkey = \"global\"\n";
+    let router = app(&Config::parse(text).expect("valid")).expect("a router");
+    assert_eq!(status(&router, Method::GET, "/login").await, 503);
+    assert_eq!(status(&router, Method::GET, "/browse").await, 200);
+}
