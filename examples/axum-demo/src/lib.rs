@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod config;
 mod metrics;
+mod reload;
 
 use axum::{
     Extension, Router,
@@ -18,6 +19,7 @@ use self::config::{Handler, KeyKind, RedisUrl, Route, SERVED_METHODS, Store};
 pub use self::{
     config::{Config, ConfigFileError},
     metrics::{install_metrics, metrics_router},
+    reload::Reloadable,
 };
 
 /// The limiter the configuration asks for: Redis when `redis_url` is set, else memory.
@@ -51,8 +53,16 @@ pub fn limiter(config: &Config) -> Result<Limiter, ConfigFileError> {
 /// # Errors
 /// A message naming the field at fault.
 pub fn app(config: &Config) -> Result<Router, ConfigFileError> {
+    app_with(config, &limiter(config)?)
+}
+
+/// The router of `config` on `limiter`: on a reload that keeps the store, the same limiter, so
+/// the memory backend's counters survive (Redis keeps its own).
+///
+/// # Errors
+/// A message naming the field at fault.
+pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFileError> {
     config.validate()?;
-    let limiter = limiter(config)?;
     let client_ip = ClientIp::behind_proxies(&config.trusted_proxies)
         .map_err(|e| ConfigFileError(format!("trusted_proxies: {e}")))?
         .header(config.client_ip_header.clone());

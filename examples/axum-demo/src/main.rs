@@ -2,7 +2,12 @@
 
 use std::{net::SocketAddr, process::ExitCode};
 
-use axum_demo::{Config, app, backend_description, install_metrics, metrics_router};
+use std::path::PathBuf;
+
+use axum::Router;
+use axum_demo::{
+    Config, Reloadable, app_with, backend_description, install_metrics, limiter, metrics_router,
+};
 
 const USAGE: &str = "usage: redlimit-demo [--config FILE]
 
@@ -12,14 +17,18 @@ client_ip_header, failure, budget, headers, metrics_listen, allow, deny, and [[r
 algorithm, limit, window, burst, key, shadow, mode, max_delay, concurrency, lease_ttl, methods,
 failure, budget, allow, deny, handler).
 GET /metrics serves Prometheus text.
-Logs go to standard error; RUST_LOG filters them (defaults to info).";
+Logs go to standard error; RUST_LOG filters them (defaults to info). The file is read again
+when it changes and on SIGHUP: a valid one replaces the routes (counters kept), an invalid one
+is refused with a log line.";
 
-fn load(args: &[String]) -> Result<Config, String> {
+/// The configuration, and the file it came from (watched for changes).
+fn load(args: &[String]) -> Result<(Config, Option<PathBuf>), String> {
     match args {
-        [] => Ok(Config::demo()),
+        [] => Ok((Config::demo(), None)),
         [flag, path] if flag == "--config" => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-            Config::parse(&text).map_err(|e| format!("{path}: {e}"))
+            let config = Config::parse(&text).map_err(|e| format!("{path}: {e}"))?;
+            Ok((config, Some(PathBuf::from(path))))
         }
         _ => Err(USAGE.to_owned()),
     }
@@ -40,8 +49,8 @@ async fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let config = match load(&args) {
-        Ok(config) => config,
+    let (config, file) = match load(&args) {
+        Ok(loaded) => loaded,
         Err(message) => {
             eprintln!("redlimit-demo: {message}");
             return ExitCode::from(2);
@@ -54,8 +63,15 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let router = match app(&config) {
-        Ok(router) => router,
+    let built = limiter(&config).and_then(|limiter| Ok((app_with(&config, &limiter)?, limiter)));
+    let router = match built {
+        Ok((router, limiter)) => {
+            let routes = Reloadable::new(router);
+            if let Some(file) = file {
+                routes.watch(file, config.clone(), limiter);
+            }
+            Router::new().fallback_service(routes)
+        }
         Err(message) => {
             eprintln!("redlimit-demo: {message}");
             return ExitCode::from(2);

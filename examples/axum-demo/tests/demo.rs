@@ -14,7 +14,7 @@ const DEMO: &str = env!("CARGO_BIN_EXE_redlimit-demo");
 struct Demo {
     child: Child,
     address: SocketAddr,
-    _config: tempfile_lite::File,
+    config: tempfile_lite::File,
     /// Everything it printed, both streams.
     output: tempfile_lite::File,
 }
@@ -35,7 +35,7 @@ impl Demo {
         let demo = Self {
             child,
             address,
-            _config: config,
+            config,
             output,
         };
         let started = Instant::now();
@@ -51,6 +51,11 @@ impl Demo {
 }
 
 impl Demo {
+    /// The file it was started with.
+    fn config_path(&self) -> &str {
+        self.config.path()
+    }
+
     /// What it has printed so far.
     fn output(&self) -> String {
         std::fs::read_to_string(self.output.path()).expect("the output file")
@@ -454,4 +459,105 @@ async fn killing_a_process_that_holds_leases_frees_them_within_their_ttl() {
         killed.elapsed()
     );
     drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_file_takes_effect_without_a_restart_and_a_broken_one_is_refused() {
+    let routes = |limit: u64| {
+        format!(
+            "{}[[route]]\npath = \"/slow\"\nalgorithm = \"gcra\"\nlimit = 100\nwindow = \"1m\"\nkey = \"global\"\nhandler = \"sleep:1500ms\"\n",
+            route("fixed_window", limit)
+        )
+    };
+    let demo = Demo::start(&routes(5)).await;
+    let quota = |response: &redlimit_tests::HttpResponse| {
+        response.header("ratelimit-policy").map(str::to_owned)
+    };
+    let first = http_get(demo.address, "/limited", &[]).await;
+    assert_eq!(first.status, 200);
+    assert!(
+        quota(&first).is_some_and(|q| q.contains("q=5;")),
+        "{first:?}"
+    );
+    // A request in flight while the file changes.
+    let address = demo.address;
+    let in_flight = tokio::spawn(async move { http_get(address, "/slow", &[]).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let written = Instant::now();
+    std::fs::write(
+        demo.config_path(),
+        format!("listen = \"{}\"\n{}", demo.address, routes(7)),
+    )
+    .expect("rewriting the file");
+    loop {
+        let response = http_get(demo.address, "/limited", &[]).await;
+        if quota(&response).is_some_and(|q| q.contains("q=7;")) {
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(10),
+            "never reloaded: {response:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "the new limit answered {:?} after the file changed",
+        written.elapsed()
+    );
+    assert_eq!(
+        in_flight.await.expect("the request").status,
+        200,
+        "not dropped by the reload"
+    );
+
+    // A reload that keeps the policy's numbers keeps its counters (the same in-memory limiter).
+    let remaining = |response: &redlimit_tests::HttpResponse| {
+        let state = response.header("ratelimit").unwrap_or_default().to_owned();
+        let at = state.find(";r=").expect("r=") + 3;
+        state[at..]
+            .split(';')
+            .next()
+            .expect("a number")
+            .parse::<u64>()
+            .expect("r")
+    };
+    let before = remaining(&http_get(demo.address, "/limited", &[]).await);
+    std::fs::write(
+        demo.config_path(),
+        format!(
+            "listen = \"{}\"\nheaders = \"both\"\n{}",
+            demo.address,
+            routes(7)
+        ),
+    )
+    .expect("rewriting the file");
+    let after = loop {
+        let response = http_get(demo.address, "/limited", &[]).await;
+        if response.header("x-ratelimit-limit").is_some() {
+            break remaining(&response);
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(20),
+            "never reloaded: {response:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(after < before, "the count went on: {before} then {after}");
+
+    std::fs::write(demo.config_path(), "[[route]]\npath = 3\n").expect("breaking the file");
+    let broken = Instant::now();
+    while !demo.output().contains("reload refused") {
+        assert!(
+            broken.elapsed() < Duration::from_secs(10),
+            "{}",
+            demo.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let still = http_get(demo.address, "/limited", &[]).await;
+    assert!(
+        quota(&still).is_some_and(|q| q.contains("q=7;")),
+        "{still:?}"
+    );
 }
