@@ -199,6 +199,43 @@ impl RateLimitLayer {
         self
     }
 
+    /// Limits chosen per request: `choose` looks at the request and its key and names one of
+    /// `tiers` by its position (an API key's plan, a method, a route); a request it names none
+    /// for, or a position past the end, is limited by the layer's own guard. Each tier is a
+    /// [`GuardedLimiter`], its policies validated when it was built, never per request; keys,
+    /// headers, lists and the concurrency limit are the layer's. Defaults to none.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy};
+    /// use tower_redlimit::{HeaderKey, RateLimitLayer};
+    ///
+    /// let limiter = Limiter::new(MemoryBackend::default());
+    /// let per_minute = |name: &str, limit| {
+    ///     let policy = Policy::builder(name, Algorithm::Gcra)
+    ///         .limit(limit)
+    ///         .window(Duration::from_secs(60))
+    ///         .build()?;
+    ///     GuardedLimiter::new(limiter.clone(), [policy])
+    /// };
+    /// let free = per_minute("free", 10)?;
+    /// let pro = per_minute("pro", 1_000)?;
+    /// let layer = RateLimitLayer::new(free)
+    ///     .key(HeaderKey::new("x-api-key")?)
+    ///     .tiers([pro], |_, key: &str| key.starts_with("pro_").then_some(0));
+    /// # Ok::<(), redlimit::ConfigError>(())
+    /// ```
+    pub fn tiers(
+        mut self,
+        tiers: impl IntoIterator<Item = GuardedLimiter>,
+        choose: impl Fn(&Parts, &str) -> Option<usize> + Send + Sync + 'static,
+    ) -> Self {
+        let runtime = self.runtime();
+        runtime.tier_guards = tiers.into_iter().collect();
+        runtime.choose = Some(Arc::new(choose));
+        self
+    }
+
     /// What to do when the key extractor finds no key. Defaults to [`MissingKey::Reject`]
     /// with 500.
     pub fn missing_key(mut self, missing: MissingKey) -> Self {
@@ -216,6 +253,6 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit::new(inner, Arc::clone(&self.runtime))
+        RateLimit::new(inner, self.runtime.ready())
     }
 }

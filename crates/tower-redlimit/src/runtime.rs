@@ -16,6 +16,7 @@ use crate::{
 
 pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 pub(crate) type RejectionFn = dyn Fn(&Rejected<'_>) -> Response<Bytes> + Send + Sync;
+pub(crate) type ChooseFn = dyn Fn(&Parts, &str) -> Option<usize> + Send + Sync;
 
 #[derive(Clone)]
 pub(crate) struct Runtime {
@@ -35,6 +36,11 @@ pub(crate) struct Runtime {
     /// Answered with `deny_status`, with no backend call and no service call.
     pub(crate) deny: Option<AccessList>,
     pub(crate) deny_status: StatusCode,
+    /// Other guards a request may be limited by, chosen by `choose`.
+    pub(crate) tier_guards: Vec<GuardedLimiter>,
+    pub(crate) choose: Option<Arc<ChooseFn>>,
+    /// A runtime per tier guard, made by [`ready`](Self::ready).
+    tiers: Vec<Arc<Runtime>>,
 }
 
 /// What the access lists say of a request.
@@ -59,6 +65,9 @@ impl Runtime {
             allow: None,
             deny: None,
             deny_status: StatusCode::FORBIDDEN,
+            tier_guards: Vec::new(),
+            choose: None,
+            tiers: Vec::new(),
         }
     }
 
@@ -74,6 +83,41 @@ impl Runtime {
             (None, MissingKey::Shared(key)) => Ok(Some(Cow::Borrowed(key))),
             (None, MissingKey::Reject(status)) => Err(*status),
         }
+    }
+
+    /// The runtime services share, with a runtime of its own per tier (the same settings with
+    /// the tier's guard), made once when the layer wraps a service.
+    pub(crate) fn ready(self: &Arc<Self>) -> Arc<Self> {
+        if self.tier_guards.is_empty() {
+            return Arc::clone(self);
+        }
+        let mut base = Self::clone(self);
+        base.tiers = self
+            .tier_guards
+            .iter()
+            .map(|guard| {
+                let mut tier = Self::clone(self);
+                tier.policy_header = policy_value(guard.policies(), tier.concurrency.as_ref());
+                tier.guard = guard.clone();
+                tier.tier_guards.clear();
+                tier.choose = None;
+                Arc::new(tier)
+            })
+            .collect();
+        Arc::new(base)
+    }
+
+    /// The runtime of the tier that `request` with `key` is limited by.
+    pub(crate) fn for_request<'a>(
+        self: &'a Arc<Self>,
+        request: &Parts,
+        key: &str,
+    ) -> &'a Arc<Self> {
+        self.choose
+            .as_ref()
+            .and_then(|choose| choose(request, key))
+            .and_then(|at| self.tiers.get(at))
+            .unwrap_or(self)
     }
 
     /// Limits requests in flight per key to `policy` besides the rate policies.

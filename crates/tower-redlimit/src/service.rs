@@ -105,6 +105,10 @@ where
                 Listed::Neither => {}
             }
         }
+        let runtime = match &key {
+            Ok(Some(key)) => runtime.for_request(&parts, key),
+            _ => runtime,
+        };
         let check = match key {
             Ok(Some(key)) if runtime.concurrency.is_some() => {
                 let admission = runtime.admission(key.into_owned(), runtime.cost_of(&parts));

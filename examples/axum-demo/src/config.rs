@@ -45,6 +45,11 @@ pub struct Config {
     /// Clients of every route answered 403, as `allow`.
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Plans of API keys, for routes with `limits` per tier.
+    #[serde(rename = "tier", default)]
+    pub tiers: Vec<Tier>,
+    /// A header naming the request's tier (set by a gateway you trust, never by clients).
+    pub tier_header: Option<String>,
     /// The limited routes.
     #[serde(rename = "route", default)]
     pub routes: Vec<Route>,
@@ -76,6 +81,30 @@ impl fmt::Debug for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "RedisUrl({self})")
     }
+}
+
+/// One `[[tier]]` table: the API keys on a plan.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tier {
+    /// The tier's name, as in a route's `limits`.
+    pub name: String,
+    /// The keys (a route's `header:` key values) on this tier.
+    #[serde(default)]
+    pub keys: Vec<String>,
+}
+
+/// A tier's numbers on one route; what it leaves out is the route's.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierLimits {
+    /// Requests per window.
+    pub limit: Option<u64>,
+    /// The window.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub window: Option<Duration>,
+    /// The burst (token bucket and GCRA).
+    pub burst: Option<u64>,
 }
 
 /// The `redis_sentinel` table.
@@ -179,6 +208,10 @@ pub struct Route {
     /// crashed instance's slots come free after it.
     #[serde(default, deserialize_with = "optional_duration")]
     pub lease_ttl: Option<Duration>,
+    /// Other numbers per tier, such as `{ pro = { limit = 1000 } }`; requests of no listed tier
+    /// get the route's own.
+    #[serde(default)]
+    pub limits: std::collections::BTreeMap<String, TierLimits>,
     /// The methods the limit applies to, such as `["POST"]`: the route then serves GET, POST,
     /// PUT, PATCH and DELETE, and the others pass unlimited. Defaults to GET only, served and
     /// limited (other methods get 405).
@@ -414,6 +447,20 @@ impl Config {
             return err("route: at least one [[route]] is needed".to_owned());
         }
         check_paths(&self.routes)?;
+        let mut tier_of_key = HashMap::new();
+        for (i, tier) in self.tiers.iter().enumerate() {
+            if self.tiers[..i].iter().any(|t| t.name == tier.name) {
+                return err(format!("tier: {:?} appears twice", tier.name));
+            }
+            for key in &tier.keys {
+                if let Some(other) = tier_of_key.insert(key, &tier.name) {
+                    return err(format!(
+                        "tier {}: keys: a key is already tier {other}'s",
+                        tier.name
+                    ));
+                }
+            }
+        }
         if self.metrics_listen.is_none()
             && let Some(route) = self.routes.iter().find(|r| r.path == METRICS_PATH)
         {
@@ -426,6 +473,15 @@ impl Config {
         for route in &self.routes {
             let policy = route.policy()?;
             route.concurrency_policy()?;
+            for tier in route.limits.keys() {
+                route.tier_policy(tier)?;
+                if self.tier_header.is_none() && !self.tiers.iter().any(|t| t.name == *tier) {
+                    return err(format!(
+                        "route {}: limits: tier {tier:?} is not a [[tier]] (nor is tier_header set)",
+                        route.path
+                    ));
+                }
+            }
             if let Some(method) = route
                 .methods
                 .iter()
@@ -512,6 +568,26 @@ impl Route {
             (Mode::Delay, None) => return Err(at(&"max_delay is required with mode = \"delay\"")),
             (Mode::Reject, Some(_)) => return Err(at(&"max_delay needs mode = \"delay\"")),
             (Mode::Reject, None) => {}
+        }
+        builder.build().map_err(|e| at(&e))
+    }
+
+    /// The route's policy for `tier`: its own numbers where `limits` gives none, named
+    /// `policy.tier`.
+    ///
+    /// # Errors
+    /// A message naming the route and the field.
+    pub fn tier_policy(&self, tier: &str) -> Result<Policy, ConfigFileError> {
+        let at = |message: &dyn fmt::Display| {
+            ConfigFileError(format!("route {}: limits.{tier}: {message}", self.path))
+        };
+        let limits = self.limits.get(tier).cloned().unwrap_or_default();
+        let name = format!("{}.{tier}", self.policy()?.name());
+        let mut builder = Policy::builder(name, self.algorithm)
+            .limit(limits.limit.unwrap_or(self.limit))
+            .window(limits.window.unwrap_or(self.window));
+        if let Some(burst) = limits.burst.or(self.burst) {
+            builder = builder.burst(burst);
         }
         builder.build().map_err(|e| at(&e))
     }
@@ -672,6 +748,20 @@ mod tests {
                 "handler",
             ),
             (one_route("allow = [\"10.0.0.0/33\"]", "/a"), "allow"),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nlimits = { gold = { limit = 5 } }"),
+                "limits: tier \"gold\"",
+            ),
+            (
+                "[[tier]]\nname = \"pro\"\nkeys = [\"k\"]\n[[tier]]\nname = \"max\"\nkeys = [\"k\"]\n".to_owned()
+                    + &route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\""),
+                "already tier pro",
+            ),
+            (
+                "[[tier]]\nname = \"pro\"\n".to_owned()
+                    + &route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nlimits = { pro = { limit = 0 } }"),
+                "limits.pro",
+            ),
             (
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nmethods = [\"BREW\"]"),
                 "methods",

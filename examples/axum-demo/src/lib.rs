@@ -89,6 +89,19 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
         if let Some(concurrency) = route.concurrency_policy()? {
             layer = layer.concurrency(concurrency);
         }
+        if !route.limits.is_empty() {
+            let names: Vec<String> = route.limits.keys().cloned().collect();
+            let mut tiers = Vec::new();
+            for tier in &names {
+                let guard = GuardedLimiter::new(limiter.clone(), [route.tier_policy(tier)?])
+                    .map_err(|e| at(&e))?
+                    .failure(route.failure.unwrap_or(config.failure).policy())
+                    .budget(route.budget.unwrap_or(config.budget))
+                    .shadow(route.shadow);
+                tiers.push(guard);
+            }
+            layer = layer.tiers(tiers, tier_chooser(config, names)?);
+        }
         let layer = match &route.key {
             KeyKind::Ip => layer.key(client_ip.clone()),
             KeyKind::Global => layer.key(Global),
@@ -99,6 +112,38 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
         router = router.route(&route.path, methods(route, &layer));
     }
     Ok(router)
+}
+
+/// Which of `names` a request's tier is: by the `tier_header` value when set, else by its key
+/// among the `[[tier]]` keys.
+fn tier_chooser(
+    config: &Config,
+    names: Vec<String>,
+) -> Result<
+    impl Fn(&axum::http::request::Parts, &str) -> Option<usize> + Send + Sync + 'static,
+    ConfigFileError,
+> {
+    let header = config
+        .tier_header
+        .as_deref()
+        .map(axum::http::HeaderName::try_from)
+        .transpose()
+        .map_err(|e| ConfigFileError(format!("tier_header: {e}")))?;
+    let by_key: std::collections::HashMap<String, usize> = config
+        .tiers
+        .iter()
+        .filter_map(|tier| Some((names.iter().position(|n| *n == tier.name)?, &tier.keys)))
+        .flat_map(|(at, keys)| keys.iter().map(move |key| (key.clone(), at)))
+        .collect();
+    Ok(
+        move |request: &axum::http::request::Parts, key: &str| match &header {
+            Some(header) => {
+                let named = request.headers.get(header)?.to_str().ok()?;
+                names.iter().position(|n| n == named)
+            }
+            None => by_key.get(key).copied(),
+        },
+    )
 }
 
 /// The route's handler for each method it serves, limited by `layer` for the methods it

@@ -561,3 +561,36 @@ async fn a_changed_file_takes_effect_without_a_restart_and_a_broken_one_is_refus
         "{still:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_api_keys_of_different_tiers_get_their_own_tiers_limit() {
+    let server = RedisServer::start();
+    let config = format!(
+        "redis_url = \"{}\"\nbudget = \"2s\"\n[[tier]]\nname = \"pro\"\nkeys = [\"k-pro\"]\n[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nlimits = {{ pro = {{ limit = 5 }} }}\n",
+        server.url()
+    );
+    let demo = Demo::start(&config).await;
+    let admitted = |key: &'static str| {
+        let address = demo.address;
+        async move {
+            let mut admitted = 0;
+            for _ in 0..8 {
+                let response = http_get(address, "/api", &[("x-api-key", key)]).await;
+                match response.status {
+                    200 => admitted += 1,
+                    429 => {}
+                    other => panic!("{other}: {response:?}"),
+                }
+            }
+            admitted
+        }
+    };
+    assert_eq!(admitted("k-free").await, 2, "the route's own limit");
+    assert_eq!(admitted("k-pro").await, 5, "the pro tier's");
+    let pro = http_get(demo.address, "/api", &[("x-api-key", "k-pro")]).await;
+    assert!(
+        pro.header("ratelimit-policy")
+            .is_some_and(|v| v.contains("\"api.pro\";q=5")),
+        "{pro:?}"
+    );
+}

@@ -105,3 +105,44 @@ async fn a_route_can_fail_closed_while_the_others_fail_open() {
     assert_eq!(status(&router, Method::GET, "/login").await, 503);
     assert_eq!(status(&router, Method::GET, "/browse").await, 200);
 }
+
+#[tokio::test]
+async fn a_gateway_header_can_name_the_tier() {
+    let text = "tier_header = \"x-plan\"\n[[route]]\npath = \"/api\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1h\"\nkey = \"global\"\nlimits = { gold = { limit = 3 } }\n";
+    let router = app(&Config::parse(text).expect("valid")).expect("a router");
+    let with_plan = |plan: &'static str| {
+        let router = router.clone();
+        async move {
+            let request = Request::get("/api")
+                .header("x-plan", plan)
+                .body(Body::empty())
+                .expect("request");
+            router
+                .oneshot(request)
+                .await
+                .expect("infallible")
+                .status()
+                .as_u16()
+        }
+    };
+    let gold: Vec<u16> = futures_statuses(&with_plan, "gold", 4).await;
+    assert_eq!(gold, [200, 200, 200, 429]);
+    let basic: Vec<u16> = futures_statuses(&with_plan, "basic", 2).await;
+    assert_eq!(
+        basic,
+        [200, 429],
+        "an unknown plan gets the route's own limit"
+    );
+}
+
+async fn futures_statuses<F, Fut>(send: &F, plan: &'static str, times: usize) -> Vec<u16>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: std::future::Future<Output = u16>,
+{
+    let mut statuses = Vec::new();
+    for _ in 0..times {
+        statuses.push(send(plan).await);
+    }
+    statuses
+}
