@@ -57,27 +57,21 @@ async fn a_method_not_allowed_consumes_nothing() {
 async fn listed_keys_are_served_unlimited_or_turned_away() {
     let text = "deny = [\"key:stolen\"]\n[[route]]\npath = \"/api\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nallow = [\"key:partner\"]\n";
     let router = app(&Config::parse(text).expect("valid")).expect("a router");
-    let with_key = |key: &'static str| {
-        let router = router.clone();
-        async move {
-            let request = Request::get("/api")
-                .header("x-api-key", key)
-                .body(Body::empty())
-                .expect("request");
-            router
-                .oneshot(request)
-                .await
-                .expect("infallible")
-                .status()
-                .as_u16()
-        }
-    };
-    for _ in 0..3 {
-        assert_eq!(with_key("partner").await, 200, "allowed: unlimited");
-        assert_eq!(with_key("stolen").await, 403, "denied everywhere");
-    }
-    assert_eq!(with_key("someone").await, 200);
-    assert_eq!(with_key("someone").await, 429, "everyone else is limited");
+    assert_eq!(
+        statuses_with(&router, "x-api-key", "partner", 3).await,
+        [200; 3],
+        "unlimited"
+    );
+    assert_eq!(
+        statuses_with(&router, "x-api-key", "stolen", 3).await,
+        [403; 3],
+        "denied"
+    );
+    assert_eq!(
+        statuses_with(&router, "x-api-key", "someone", 2).await,
+        [200, 429],
+        "everyone else is limited"
+    );
 }
 
 #[tokio::test]
@@ -110,24 +104,9 @@ async fn a_route_can_fail_closed_while_the_others_fail_open() {
 async fn a_gateway_header_can_name_the_tier() {
     let text = "tier_header = \"x-plan\"\n[[route]]\npath = \"/api\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1h\"\nkey = \"global\"\nlimits = { gold = { limit = 3 } }\n";
     let router = app(&Config::parse(text).expect("valid")).expect("a router");
-    let with_plan = |plan: &'static str| {
-        let router = router.clone();
-        async move {
-            let request = Request::get("/api")
-                .header("x-plan", plan)
-                .body(Body::empty())
-                .expect("request");
-            router
-                .oneshot(request)
-                .await
-                .expect("infallible")
-                .status()
-                .as_u16()
-        }
-    };
-    let gold: Vec<u16> = futures_statuses(&with_plan, "gold", 4).await;
+    let gold = statuses_with(&router, "x-plan", "gold", 4).await;
     assert_eq!(gold, [200, 200, 200, 429]);
-    let basic: Vec<u16> = futures_statuses(&with_plan, "basic", 2).await;
+    let basic = statuses_with(&router, "x-plan", "basic", 2).await;
     assert_eq!(
         basic,
         [200, 429],
@@ -135,14 +114,16 @@ async fn a_gateway_header_can_name_the_tier() {
     );
 }
 
-async fn futures_statuses<F, Fut>(send: &F, plan: &'static str, times: usize) -> Vec<u16>
-where
-    F: Fn(&'static str) -> Fut,
-    Fut: std::future::Future<Output = u16>,
-{
+/// The statuses of `times` GETs of `/api` with header `name: value`.
+async fn statuses_with(router: &Router, name: &str, value: &str, times: usize) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..times {
-        statuses.push(send(plan).await);
+        let request = Request::get("/api")
+            .header(name, value)
+            .body(Body::empty())
+            .expect("request");
+        let response = router.clone().oneshot(request).await.expect("infallible");
+        statuses.push(response.status().as_u16());
     }
     statuses
 }
