@@ -69,3 +69,26 @@ local function clock()
   end
   return tonumber(ARGV[1])
 end
+
+-- Retries counted once: a check with an idempotency key (the key after the policies' in KEYS,
+-- its window in ms the last ARGV) answers what the first check with it answered.
+local function seen_before(idem)
+  local stored = redis.call('GET', idem)
+  if not stored then
+    return nil
+  end
+  local reply = {}
+  for n in string.gmatch(stored, '%-?%d+') do
+    reply[#reply + 1] = tonumber(n)
+  end
+  return reply
+end
+
+local function remember(idem, reply)
+  local parts = {}
+  for i = 1, #reply do
+    parts[i] = str(reply[i])
+  end
+  redis.call('SET', idem, table.concat(parts, ','), 'PX', ARGV[#ARGV])
+end
+

@@ -1,12 +1,22 @@
--- Entry for several policies, all under one hash tag. KEYS: one key per policy. ARGV: now (see
--- clock), cost (0 peeks), then four per policy: algorithm tag, limit, window (ms), burst.
+-- Entry for several policies, all under one hash tag. KEYS: one key per policy, then optionally
+-- an idempotency key (see seen_before). ARGV: now (see clock), cost (0 peeks), then four per
+-- policy: algorithm tag, limit, window (ms), burst.
 -- Reply: four integers per policy, as one.lua. Nothing is consumed unless every policy admits;
 -- then each one's reply is its quota after the check, otherwise before it.
 
 local cost = tonumber(ARGV[2])
+-- Four arguments a policy; an idempotency window adds one, which the division drops.
+local policies = div(#ARGV - 2, 4)
+local idem = KEYS[policies + 1]
+if idem then
+  local seen = seen_before(idem)
+  if seen then
+    return seen
+  end
+end
 local now_us = clock()
 local reply, kept, admitted = {}, {}, true
-for i = 1, #KEYS do
+for i = 1, policies do
   local at = 2 + (i - 1) * 4
   local limit, window, burst = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
   local decide, take = algorithm(ARGV[at + 1])
@@ -22,10 +32,13 @@ for i = 1, #KEYS do
   end
 end
 if admitted and cost > 0 then
-  for i = 1, #KEYS do
+  for i = 1, policies do
     local k = kept[i]
     reply[4 * i - 2], reply[4 * i - 1] =
       k[1](KEYS[i], k[2], k[3], k[4], now_us, cost, k[5], k[6], k[7], k[8])
   end
+end
+if idem then
+  remember(idem, reply)
 end
 return reply

@@ -153,6 +153,22 @@ impl KeyScheme {
         )
     }
 
+    /// The key remembering the answer to a check of `policies` by `client` with request `id`:
+    /// in the client's slot, named by a hash of the id and the policies, so one id never
+    /// answers for another set of policies. `~` keeps it apart from every policy's keys.
+    pub(crate) fn once(&self, policies: &[Policy], client: &str, id: &str) -> String {
+        let mut sha1 = sha1_smol::Sha1::new();
+        sha1.update(id.as_bytes());
+        for policy in policies {
+            sha1.update(&[0]);
+            sha1.update(policy.name().as_bytes());
+            sha1.update(b":");
+            sha1.update(policy.key_suffix().as_bytes());
+        }
+        let digest = sha1.digest().to_string();
+        self.named("~once", &digest, client)
+    }
+
     /// `client` as it stands in the hash tag: escaped text, or its keyed hash.
     fn push_tag(&self, out: &mut String, client: &str) {
         match &self.hash {

@@ -1,6 +1,8 @@
+use std::time::Duration;
+
 use crate::{
     Backend, ConfigError, Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Timestamp,
-    backend::Started,
+    backend::{Once, Started},
 };
 
 /// Checks requests against policies, on a [`Backend`].
@@ -131,6 +133,29 @@ impl Limiter {
         self.all(policies, client, cost, Some(now)).await
     }
 
+    /// As [`check_all`](Self::check_all), counted once per request `id` (an
+    /// `Idempotency-Key`): a retry within `window` (at most 24 hours) gets the first check's
+    /// decisions and consumes nothing more, decided in the same script call, so a retry whose
+    /// first reply was lost is not counted twice.
+    ///
+    /// # Errors
+    /// As [`check_all`](Self::check_all).
+    pub async fn check_once(
+        &self,
+        policies: &[Policy],
+        client: &str,
+        cost: u64,
+        id: &str,
+        window: Duration,
+    ) -> Result<Decisions, Error> {
+        validate(policies)?;
+        let once = Once::new(id, window);
+        run(self
+            .backend
+            .start(&self.keys, policies, client, cost, None, Some(&once)))
+        .await
+    }
+
     async fn one(
         &self,
         policy: &Policy,
@@ -138,7 +163,10 @@ impl Limiter {
         cost: u64,
         now: Option<Timestamp>,
     ) -> Result<Decision, Error> {
-        let decisions = run(self.backend.start(&self.keys, policy, client, cost, now)).await?;
+        let decisions = run(self
+            .backend
+            .start(&self.keys, policy, client, cost, now, None))
+        .await?;
         let only = decisions.into_iter().next();
         Ok(only.unwrap_or_else(|| unreachable!("one decision per policy")))
     }
@@ -151,7 +179,10 @@ impl Limiter {
         now: Option<Timestamp>,
     ) -> Result<Decisions, Error> {
         validate(policies)?;
-        run(self.backend.start(&self.keys, policies, client, cost, now)).await
+        run(self
+            .backend
+            .start(&self.keys, policies, client, cost, now, None))
+        .await
     }
 }
 

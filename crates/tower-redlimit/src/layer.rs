@@ -1,7 +1,7 @@
 use std::{fmt, sync::Arc};
 
 use bytes::Bytes;
-use http::{Response, StatusCode, request::Parts};
+use http::{HeaderName, Response, StatusCode, request::Parts};
 use redlimit::{ConcurrencyPolicy, ConfigError, GuardedLimiter, Limiter, Policy};
 use tower_layer::Layer;
 
@@ -233,6 +233,15 @@ impl RateLimitLayer {
         let runtime = self.runtime();
         runtime.tier_guards = tiers.into_iter().collect();
         runtime.choose = Some(Arc::new(choose));
+        self
+    }
+
+    /// Retries counted once: a request carrying header `name` (such as `Idempotency-Key`) is
+    /// checked with [`GuardedLimiter::check_once`], so a retry within the guard's
+    /// [`idempotency_window`](GuardedLimiter::idempotency_window) gets the first decision and
+    /// consumes nothing more. Requests without it are checked as usual. Defaults to none.
+    pub fn idempotency_key(mut self, name: HeaderName) -> Self {
+        self.runtime().idempotency = Some(name);
         self
     }
 

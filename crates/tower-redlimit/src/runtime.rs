@@ -4,8 +4,8 @@
 use std::{borrow::Cow, sync::Arc};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Response, StatusCode, header, request::Parts};
-use redlimit::{ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header, request::Parts};
+use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
 
 use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
@@ -37,6 +37,8 @@ pub(crate) struct Runtime {
     pub(crate) deny: Option<AccessList>,
     pub(crate) deny_status: StatusCode,
     /// Other guards a request may be limited by, chosen by `choose`.
+    /// The header carrying a request id, whose retries are counted once.
+    pub(crate) idempotency: Option<HeaderName>,
     pub(crate) tier_guards: Vec<GuardedLimiter>,
     pub(crate) choose: Option<Arc<ChooseFn>>,
     /// A runtime per tier guard, made by [`ready`](Self::ready).
@@ -65,6 +67,7 @@ impl Runtime {
             allow: None,
             deny: None,
             deny_status: StatusCode::FORBIDDEN,
+            idempotency: None,
             tier_guards: Vec::new(),
             choose: None,
             tiers: Vec::new(),
@@ -126,9 +129,24 @@ impl Runtime {
         self.concurrency = Some(policy);
     }
 
+    /// The check of `request` by `key`: counted once per request id when the layer reads one
+    /// and the request carries it.
+    pub(crate) fn check(&self, request: &Parts, key: &str) -> Check {
+        let cost = self.cost_of(request);
+        let id = self
+            .idempotency
+            .as_ref()
+            .and_then(|name| request.headers.get(name)?.to_str().ok())
+            .filter(|id| !id.is_empty());
+        match id {
+            Some(id) => self.guard.check_once(key, cost, id),
+            None => self.guard.check(key, cost),
+        }
+    }
+
     /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit.
-    pub(crate) fn admission(&self, key: String, cost: u64) -> Admission {
-        let check = self.guard.check(&key, cost);
+    pub(crate) fn admission(&self, request: &Parts, key: String) -> Admission {
+        let check = self.check(request, &key);
         let guard = self.guard.clone();
         let policy = self.concurrency.clone();
         Box::pin(async move {

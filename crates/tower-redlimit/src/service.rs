@@ -111,13 +111,13 @@ where
         };
         let check = match key {
             Ok(Some(key)) if runtime.concurrency.is_some() => {
-                let admission = runtime.admission(key.into_owned(), runtime.cost_of(&parts));
+                let admission = runtime.admission(&parts, key.into_owned());
                 let request = Request::from_parts(parts, body);
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
                 return ResponseFuture::admitting(admission, ready, request, Arc::clone(runtime));
             }
-            Ok(Some(key)) => runtime.guard.check(&key, runtime.cost_of(&parts)),
+            Ok(Some(key)) => runtime.check(&parts, &key),
             // Unlimited: the service that is ready takes it now.
             Ok(None) => {
                 let request = Request::from_parts(parts, body);

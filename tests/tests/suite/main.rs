@@ -16,6 +16,7 @@ mod leases;
 mod lists;
 mod multi_policy;
 mod observability;
+mod once;
 mod oom;
 mod parity;
 mod pitfalls;

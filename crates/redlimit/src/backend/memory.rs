@@ -12,6 +12,7 @@ use crate::{
 
 use super::{
     leases::Leases,
+    recent::Recent,
     script::{Answer, Inspected},
 };
 
@@ -41,6 +42,7 @@ pub struct MemoryBackend {
     shards: Arc<[Mutex<Shard>]>,
     ids: Arc<ClientIds>,
     leases: Arc<Leases>,
+    recent: Arc<Recent>,
 }
 
 /// A key's identity: the client's id mixed with the policy's. Keys are not stored: a lookup
@@ -108,7 +110,19 @@ impl MemoryBackend {
             shards,
             ids: Arc::default(),
             leases: Arc::new(Leases::new(max_keys)),
+            recent: Arc::new(Recent::new(max_keys)),
         }
+    }
+
+    /// The first answer to the request at `key` within `window_ms`, or `check`'s.
+    pub(crate) fn once(
+        &self,
+        key: &str,
+        window_ms: u64,
+        now_us: u64,
+        check: impl FnOnce() -> Vec<Answer>,
+    ) -> Vec<Answer> {
+        self.recent.once(key, window_ms, now_us, check)
     }
 
     /// The concurrency leases.

@@ -3,6 +3,7 @@
 mod connection;
 pub(crate) mod leases;
 mod memory;
+mod recent;
 mod redis;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
@@ -108,8 +109,9 @@ impl Backend {
         matches!(self, Self::Redis(redis) if redis.is_cluster())
     }
 
-    /// Begins a check of `policies` (valid: not empty, no name twice) for `client`. In process
-    /// it is decided here; on Redis the returned future sends it when first polled.
+    /// Begins a check of `policies` (valid: not empty, no name twice) for `client`, counted
+    /// once per request id with `once`. In process it is decided here; on Redis the returned
+    /// future sends it when first polled.
     pub(crate) fn start<P: Policies + ?Sized>(
         &self,
         keys: &KeyScheme,
@@ -117,36 +119,50 @@ impl Backend {
         client: &str,
         cost: u64,
         now: Option<Timestamp>,
+        once: Option<&Once>,
     ) -> Started {
         match self {
             Self::Memory(memory) => {
                 let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
-                let decisions = memory.check(
-                    keys,
-                    client,
-                    policies.as_slice(),
-                    cost,
-                    now_us,
-                    |policy, answer| decision(policy, answer, Reason::Memory),
-                );
+                let policies = policies.as_slice();
+                let Some(once) = once else {
+                    let decisions = memory.check(keys, client, policies, cost, now_us, |p, a| {
+                        decision(p, a, Reason::Memory)
+                    });
+                    return Started::Ready(Ok(Decisions::new(decisions)));
+                };
+                let key = keys.once(policies, client, &once.id);
+                let answers = memory.once(&key, once.window_ms, now_us, || {
+                    memory.check(keys, client, policies, cost, now_us, |_, answer| answer)
+                });
+                let decisions = policies
+                    .iter()
+                    .zip(answers)
+                    .map(|(policy, answer)| decision(policy, answer, Reason::Memory))
+                    .collect();
                 Started::Ready(Ok(Decisions::new(decisions)))
             }
             Self::Redis(redis) => {
                 let redis = redis.clone();
-                let policies = policies.to_owned_policies();
-                let keys: Vec<String> = policies
-                    .as_ref()
+                let mut names: Vec<String> = policies
+                    .as_slice()
                     .iter()
                     .map(|p| keys.key(p, client))
                     .collect();
+                let mut extra = Vec::new();
+                if let Some(once) = once {
+                    names.push(keys.once(policies.as_slice(), client, &once.id));
+                    extra.push(once.window_ms.to_string());
+                }
+                let policies = policies.to_owned_policies();
                 Started::Waiting(Box::pin(async move {
                     let policies = policies.as_ref();
                     let call = Invocation {
                         policies,
-                        keys: &keys,
+                        keys: &names,
                         cost,
                         now_us: now.map(Timestamp::as_micros),
-                        extra: &[],
+                        extra: &extra,
                     };
                     let answers = redis.check(call).await?;
                     let decisions = policies
@@ -157,6 +173,28 @@ impl Backend {
                     Ok(Decisions::new(decisions))
                 }))
             }
+        }
+    }
+}
+
+/// Retries counted once: a check with the same request `id` within `window_ms` answers what
+/// the first one answered, and consumes nothing more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Once {
+    pub(crate) id: String,
+    pub(crate) window_ms: u64,
+}
+
+/// The longest a request id's first answer is remembered.
+const MAX_ONCE_WINDOW: Duration = Duration::from_secs(86_400);
+
+impl Once {
+    /// Request `id`, remembered for `window` in whole milliseconds, from 1 ms to 24 hours.
+    pub(crate) fn new(id: &str, window: Duration) -> Self {
+        let window = window.clamp(Duration::from_millis(1), MAX_ONCE_WINDOW);
+        Self {
+            id: id.to_owned(),
+            window_ms: u64::try_from(window.as_millis()).unwrap_or(1),
         }
     }
 }

@@ -11,7 +11,8 @@ use super::{block_cache::Slot, error_log::ErrorLog, metrics::Metrics, waiting::W
 use crate::{
     BlockCache, Check, CircuitBreaker, ConcurrencyPolicy, ConfigError, Decision, Decisions, Error,
     ErrorKind, FailurePolicy, Lease, Limiter, Policy, Reason, Stats, Timestamp, Waiting,
-    backend::Started, client_id,
+    backend::{Once, Started},
+    client_id,
 };
 
 /// A source of explicit check times, for tests and replays; see [`GuardedLimiter::clock`].
@@ -97,6 +98,8 @@ struct Guard {
     shadow: bool,
     /// Delay mode: the requests waiting for their slot, bounded.
     waiters: Arc<Waiters>,
+    /// How long a request id's first decision is remembered.
+    once_window: Duration,
 }
 
 impl fmt::Debug for GuardedLimiter {
@@ -148,6 +151,11 @@ impl GuardedLimiter {
         let metrics = Arc::new(Metrics::new(&policies, remote, DEFAULT_NEAR_SHARE));
         let breakers = breakers(&limiter, &CircuitBreaker::default(), &metrics);
         let waiters = Arc::new(waiters(&metrics, DEFAULT_MAX_WAITING));
+        let once_window = policies
+            .iter()
+            .map(Policy::window)
+            .min()
+            .unwrap_or_default();
         Ok(Self {
             inner: Arc::new(Guard {
                 limiter,
@@ -164,6 +172,7 @@ impl GuardedLimiter {
                 metrics,
                 shadow: false,
                 waiters,
+                once_window,
             }),
         })
     }
@@ -217,6 +226,15 @@ impl GuardedLimiter {
         let guard = self.settings();
         guard.metrics = Arc::new(Metrics::new(&guard.policies, guard.remote, share));
         guard.breakers = breakers(&guard.limiter, &guard.breakers[0], &guard.metrics);
+        self
+    }
+
+    /// How long [`check_once`](Self::check_once) remembers a request id's first decision.
+    /// Defaults to the shortest window of the guard's policies; at most 24 hours, at least a
+    /// millisecond.
+    #[must_use]
+    pub fn idempotency_window(mut self, window: Duration) -> Self {
+        self.settings().once_window = window;
         self
     }
 
@@ -352,12 +370,30 @@ impl GuardedLimiter {
     /// [`Check::into_ready`]); a check on Redis is decided when the returned [`Check`] is
     /// awaited.
     pub fn check(&self, client: &str, cost: u64) -> Check {
+        self.checked(client, cost, None)
+    }
+
+    /// As [`check`](Self::check), counted once per request `id` (an `Idempotency-Key`): a
+    /// retry within the [`idempotency_window`](Self::idempotency_window) gets the first check's
+    /// decisions and consumes nothing, decided in the same script call (so a retry whose first
+    /// reply was lost is not counted twice). Such checks skip the block cache; when the
+    /// backend fails, the failure policy answers as usual (a local fallback without ids).
+    pub fn check_once(&self, client: &str, cost: u64, id: &str) -> Check {
+        self.checked(client, cost, Some(Once::new(id, self.inner.once_window)))
+    }
+
+    fn checked(&self, client: &str, cost: u64, once: Option<Once>) -> Check {
         let guard = &*self.inner;
         let span = guard.span(client, cost);
         // Where the answer is recorded if it blocks, and when the check was sent.
         let mut block = None;
-        // A cost no policy can ever grant gets its "never" from the backend.
-        if let Some(blocks) = guard.blocks.as_ref().filter(|_| cost <= guard.capacity) {
+        // A cost no policy can ever grant gets its "never" from the backend; a retry's first
+        // answer is the backend's to give.
+        let blocks = guard
+            .blocks
+            .as_ref()
+            .filter(|_| cost <= guard.capacity && once.is_none());
+        if let Some(blocks) = blocks {
             let sent_us = guard.local_now_us();
             let slot = blocks.slot(client);
             if let Some(blocked) = blocks.blocked(&slot, cost, sent_us) {
@@ -370,7 +406,14 @@ impl GuardedLimiter {
             return self.fail(client, cost, None, span);
         }
         let now = guard.clock.as_ref().map(|clock| clock());
-        match start(&guard.limiter, &guard.policies, client, cost, now) {
+        match start(
+            &guard.limiter,
+            &guard.policies,
+            client,
+            cost,
+            now,
+            once.as_ref(),
+        ) {
             Started::Ready(Ok(decisions)) => Check::ready(guard.finish(decisions, &span)),
             Started::Ready(Err(error)) => {
                 guard.count_failed(error.kind());
@@ -438,7 +481,7 @@ impl GuardedLimiter {
             FailurePolicy::Local(local) => local,
         };
         let now = guard.clock.as_ref().map(|clock| clock());
-        match start(local, &guard.policies, client, cost, now) {
+        match start(local, &guard.policies, client, cost, now, None) {
             Started::Ready(answer) => Check::ready(guard.fallback(answer, error, &span)),
             Started::Waiting(answer) => {
                 let this = self.clone();
@@ -631,9 +674,10 @@ fn start(
     client: &str,
     cost: u64,
     now: Option<Timestamp>,
+    once: Option<&Once>,
 ) -> Started {
     let backend = limiter.backend();
-    backend.start(limiter.keys(), policies, client, cost, now)
+    backend.start(limiter.keys(), policies, client, cost, now, once)
 }
 
 fn process_start() -> Instant {

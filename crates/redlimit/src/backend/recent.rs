@@ -1,0 +1,58 @@
+//! Retries counted once, in process: the memory backend's twin of the scripts' `seen_before`
+//! and `remember`.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, PoisonError},
+};
+
+use super::script::Answer;
+use crate::client_id::{ClientId, ClientIds};
+
+/// First answers by request key, until their window ends; bounded: when full, expired answers
+/// go first, then any (a forgotten request would be counted again, as without an id).
+#[derive(Debug)]
+pub(crate) struct Recent {
+    answers: Mutex<HashMap<ClientId, (Vec<Answer>, u64)>>,
+    ids: ClientIds,
+    max_keys: usize,
+}
+
+impl Recent {
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Self {
+            answers: Mutex::default(),
+            ids: ClientIds::default(),
+            max_keys,
+        }
+    }
+
+    /// The first answer to the request at `key` within `window_ms` of `now_us`, or `check`'s,
+    /// remembered. Checks with an id are serialized here, so two concurrent retries of one
+    /// request never both consume.
+    pub(crate) fn once(
+        &self,
+        key: &str,
+        window_ms: u64,
+        now_us: u64,
+        check: impl FnOnce() -> Vec<Answer>,
+    ) -> Vec<Answer> {
+        let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = self.ids.id(key);
+        if let Some((first, _)) = answers.get(&id).filter(|(_, until)| *until > now_us) {
+            return first.clone();
+        }
+        if answers.len() >= self.max_keys {
+            answers.retain(|_, (_, until)| *until > now_us);
+            if answers.len() >= self.max_keys
+                && let Some(any) = answers.keys().next().copied()
+            {
+                answers.remove(&any);
+            }
+        }
+        let first = check();
+        let until = now_us.saturating_add(window_ms.saturating_mul(1000));
+        answers.insert(id, (first.clone(), until));
+        first
+    }
+}
