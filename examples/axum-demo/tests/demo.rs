@@ -393,7 +393,7 @@ async fn killing_a_process_that_holds_leases_frees_them_within_their_ttl() {
     let server = RedisServer::start();
     let route = |handler: &str| {
         format!(
-            "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/busy\"\nalgorithm = \"gcra\"\nlimit = 1000\nwindow = \"1s\"\nkey = \"global\"\nconcurrency = 2\nlease_ttl = \"1s\"\nhandler = \"{handler}\"\n",
+            "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/busy\"\nalgorithm = \"gcra\"\nlimit = 1000\nwindow = \"1s\"\nkey = \"global\"\nconcurrency = 2\nlease_ttl = \"3s\"\nhandler = \"{handler}\"\n",
             server.url()
         )
     };
@@ -435,10 +435,10 @@ async fn killing_a_process_that_holds_leases_frees_them_within_their_ttl() {
             .is_some_and(|v| v.contains("\"busy.in-flight\";q=2;qu=\"concurrent-requests\"")),
         "{turned_away:?}"
     );
-    // Kept alive past their TTL while the holder lives.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Kept alive past their TTL while the holder lives (renewed every second).
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let still = http_get(other.address, "/busy", &[]).await;
-    assert_eq!(still.status, 429, "renewed past the 1 s TTL: {still:?}");
+    assert_eq!(still.status, 429, "renewed past the 3 s TTL: {still:?}");
     holder.child.kill().expect("killing the holder");
     holder.child.wait().expect("reaping it");
     let killed = Instant::now();
@@ -455,7 +455,7 @@ async fn killing_a_process_that_holds_leases_frees_them_within_their_ttl() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     println!(
-        "slots free {:?} after the kill (lease TTL 1 s)",
+        "slots free {:?} after the kill (lease TTL 3 s)",
         killed.elapsed()
     );
     drop(held);
