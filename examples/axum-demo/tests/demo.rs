@@ -382,9 +382,14 @@ async fn a_delay_route_serves_what_fits_within_max_delay_across_two_processes() 
         (30, Vec::new()),
         "10 at once, 20 one every 100 ms within 2 s"
     );
+    // Redis's clock decides: requests that reach it a little later find a slot a little
+    // nearer, so on a busy machine one or two more may fit than the 20 of an instant.
     let (served, retries) = thirty_at_once_through_two_demos(&server, "1s").await;
-    assert_eq!(served, 20, "10 at once, 10 more within 1 s");
-    assert_eq!(retries.len(), 10);
+    assert!(
+        (20..=23).contains(&served),
+        "10 at once, 10 more within 1 s: {served}"
+    );
+    assert_eq!(served + retries.len(), 30);
     assert!(retries.iter().all(|secs| *secs >= 1), "{retries:?}");
 }
 

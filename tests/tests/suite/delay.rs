@@ -18,7 +18,7 @@ use redlimit::{
     Algorithm, ConfigError, GuardedLimiter, Limiter, MemoryBackend, Policy, RedisBackend,
     RetryAfter,
 };
-use redlimit_tests::{RedisServer, http_get, serve};
+use redlimit_tests::{RedisServer, TestClock, http_get, serve};
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_redlimit::{Global, RateLimitLayer};
 
@@ -108,10 +108,12 @@ async fn delay_mode_is_gcra_alone_within_an_hour() {
     ));
 }
 
-/// An app on its own Redis connection whose handler records when it runs.
+/// An app on its own Redis connection whose handler records when it runs, deciding at the
+/// times `clock` gives.
 async fn instance(
     url: &str,
     policy: &Policy,
+    clock: &TestClock,
     served: &Arc<Mutex<Vec<Instant>>>,
 ) -> std::net::SocketAddr {
     let backend = RedisBackend::builder(url)
@@ -120,7 +122,8 @@ async fn instance(
         .expect("valid");
     let guard = GuardedLimiter::new(Limiter::new(backend), [policy.clone()])
         .expect("a guard")
-        .budget(Duration::from_secs(5));
+        .budget(Duration::from_secs(5))
+        .clock(clock.clock());
     let served = Arc::clone(served);
     let handler = move || {
         let served = Arc::clone(&served);
@@ -137,14 +140,17 @@ async fn instance(
 }
 
 /// 30 requests at once, alternating between two instances sharing Redis: their statuses and
-/// Retry-After values.
+/// Retry-After values, and when the handler ran. Every check is decided at one explicit time,
+/// so how the requests happen to arrive on a busy machine cannot change which slots they get;
+/// the waits are real.
 async fn thirty_at_once(
     server: &RedisServer,
     policy: &Policy,
 ) -> (Vec<(u16, Option<String>)>, Vec<Instant>) {
     let served = Arc::new(Mutex::new(Vec::new()));
-    let a = instance(&server.url(), policy, &served).await;
-    let b = instance(&server.url(), policy, &served).await;
+    let clock = TestClock::at_millis(T0);
+    let a = instance(&server.url(), policy, &clock, &served).await;
+    let b = instance(&server.url(), policy, &clock, &served).await;
     let requests: Vec<_> = (0..30)
         .map(|i| {
             let address = if i % 2 == 0 { a } else { b };
