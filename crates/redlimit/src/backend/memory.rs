@@ -114,15 +114,9 @@ impl MemoryBackend {
         }
     }
 
-    /// The first answer to the request at `key` within `window_ms`, or `check`'s.
-    pub(crate) fn once(
-        &self,
-        key: &str,
-        window_ms: u64,
-        now_us: u64,
-        check: impl FnOnce() -> Vec<Answer>,
-    ) -> Vec<Answer> {
-        self.recent.once(key, window_ms, now_us, check)
+    /// The first answers of requests with an id.
+    pub(crate) fn recent(&self) -> &Recent {
+        &self.recent
     }
 
     /// The concurrency leases.

@@ -132,7 +132,7 @@ impl Backend {
                     return Started::Ready(Ok(Decisions::new(decisions)));
                 };
                 let key = keys.once(policies, client, &once.id);
-                let answers = memory.once(&key, once.window_ms, now_us, || {
+                let answers = memory.recent().once(&key, once.window_ms, now_us, || {
                     memory.check(keys, client, policies, cost, now_us, |_, answer| answer)
                 });
                 let decisions = policies
