@@ -16,6 +16,6 @@ if allowed == 1 and cost > 0 then
 end
 local reply = { allowed, remaining, reset, retry }
 if idem then
-  remember(idem, reply)
+  remember(idem, reply, ARGV[#ARGV])
 end
 return reply

@@ -71,7 +71,7 @@ local function clock()
 end
 
 -- Retries counted once: a check with an idempotency key (the key after the policies' in KEYS,
--- its window in ms the last ARGV) answers what the first check with it answered.
+-- its window in ms the first ARGV after theirs) answers what the first check with it answered.
 local function seen_before(idem)
   local stored = redis.call('GET', idem)
   if not stored then
@@ -84,11 +84,11 @@ local function seen_before(idem)
   return reply
 end
 
-local function remember(idem, reply)
+local function remember(idem, reply, window)
   local parts = {}
   for i = 1, #reply do
     parts[i] = str(reply[i])
   end
-  redis.call('SET', idem, table.concat(parts, ','), 'PX', ARGV[#ARGV])
+  redis.call('SET', idem, table.concat(parts, ','), 'PX', window)
 end
 

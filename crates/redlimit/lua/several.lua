@@ -1,11 +1,14 @@
 -- Entry for several policies, all under one hash tag. KEYS: one key per policy, then optionally
 -- an idempotency key (see seen_before). ARGV: now (see clock), cost (0 peeks), then four per
--- policy: algorithm tag, limit, window (ms), burst.
--- Reply: four integers per policy, as one.lua. Nothing is consumed unless every policy admits;
--- then each one's reply is its quota after the check, otherwise before it.
+-- policy: algorithm tag, limit, window (ms), burst; then optionally the idempotency window, then
+-- optionally 'r' for a reservation (refund.lua may give it back).
+-- Reply: four integers per policy, as one.lua, and for a reservation the time it was taken at
+-- (us). Nothing is consumed unless every policy admits; then each one's reply is its quota
+-- after the check, otherwise before it.
 
 local cost = tonumber(ARGV[2])
--- Four arguments a policy; an idempotency window adds one, which the division drops.
+local reserve = ARGV[#ARGV] == 'r'
+-- Four arguments a policy; the extras add one or two, which the division drops.
 local policies = div(#ARGV - 2, 4)
 local idem = KEYS[policies + 1]
 if idem then
@@ -38,7 +41,10 @@ if admitted and cost > 0 then
       k[1](KEYS[i], k[2], k[3], k[4], now_us, cost, k[5], k[6], k[7], k[8])
   end
 end
+if reserve then
+  reply[#reply + 1] = now_us
+end
 if idem then
-  remember(idem, reply)
+  remember(idem, reply, ARGV[3 + 4 * policies])
 end
 return reply

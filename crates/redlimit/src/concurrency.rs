@@ -230,7 +230,7 @@ async fn renew(limiter: &Limiter, key: &str, id: &str, ttl_ms: u64) -> Result<bo
             let key = key.to_owned();
             let extra = [ttl_ms.to_string(), id.to_owned()];
             let reply = redis
-                .lease(lease_call(&key, 0, &extra), |s| &s.renew)
+                .script(lease_call(&key, 0, &extra), |s| &s.renew)
                 .await?;
             Ok(reply.first() == Some(&1))
         }
@@ -321,7 +321,7 @@ impl Limiter {
             Backend::Redis(redis) => {
                 let extra = [inner.lease_ttl_ms.to_string(), id.clone()];
                 let reply = redis
-                    .lease(lease_call(&key, inner.limit, &extra), |s| &s.acquire)
+                    .script(lease_call(&key, inner.limit, &extra), |s| &s.acquire)
                     .await?;
                 (acquired_from(&reply)?, Reason::Redis)
             }

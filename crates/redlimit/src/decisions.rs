@@ -36,13 +36,46 @@ pub struct Decisions {
     items: Vec<Decision>,
     /// Shared, so the decisions can be cloned (into a handler's extensions, say).
     error: Option<Arc<Error>>,
+    /// An admitted reservation: what a refund gives back.
+    reservation: Option<Arc<Reservation>>,
+}
+
+/// What an admitted reservation took: from whom, how much, and the backend's time it took it
+/// at, which names the window a refund is owed by.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    pub(crate) client: Box<str>,
+    pub(crate) cost: u64,
+    pub(crate) at_us: u64,
 }
 
 impl Decisions {
     /// Decisions of a check that the backend answered; `items` is not empty.
     pub(crate) fn new(items: Vec<Decision>) -> Self {
         debug_assert!(!items.is_empty(), "a check has at least one policy");
-        Self { items, error: None }
+        Self {
+            items,
+            error: None,
+            reservation: None,
+        }
+    }
+
+    /// The decisions of an admitted reservation.
+    pub(crate) fn reserved(mut self, reservation: Reservation) -> Self {
+        self.reservation = Some(Arc::new(reservation));
+        self
+    }
+
+    /// What this admitted reservation took, if it is one.
+    pub(crate) fn reservation(&self) -> Option<&Reservation> {
+        self.reservation.as_deref()
+    }
+
+    /// The cost an admitted reservation took, which a refund may give back (see
+    /// [`Limiter::reserve`](crate::Limiter::reserve)); `None` for a plain check, a denial,
+    /// or decisions of the failure policy.
+    pub fn refundable(&self) -> Option<u64> {
+        self.reservation.as_ref().map(|r| r.cost)
     }
 
     /// Decisions the failure policy made because the backend failed with `error`.

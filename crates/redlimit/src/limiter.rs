@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use crate::{
     Backend, ConfigError, Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Timestamp,
-    backend::{Once, Started},
+    backend::{Extras, Once, Started},
 };
 
 /// Checks requests against policies, on a [`Backend`].
@@ -149,11 +149,117 @@ impl Limiter {
         window: Duration,
     ) -> Result<Decisions, Error> {
         validate(policies)?;
-        let once = Once::new(id, window);
+        let extras = Extras {
+            once: Some(Once::new(id, window)),
+            reserve: false,
+        };
         run(self
             .backend
-            .start(&self.keys, policies, client, cost, None, Some(&once)))
+            .start(&self.keys, policies, client, cost, None, &extras))
         .await
+    }
+
+    /// As [`check_all`](Self::check_all), keeping what an admitted check took refundable: for a
+    /// request that should count only if its response says so (a failed login, say), give it
+    /// back with [`refund`](Self::refund) once the response does not. On Redis it is one
+    /// script call, like a check (the script for several policies, whose reply says when it
+    /// took); policies in delay mode cannot be reserved.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let limiter = Limiter::new(MemoryBackend::default());
+    /// let logins = [Policy::builder("login", Algorithm::FixedWindow)
+    ///     .limit(3)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?];
+    ///
+    /// let reserved = limiter.reserve(&logins, "alice", 1).await?;
+    /// assert_eq!(reserved[0].remaining, 2);
+    /// // The password was right: this attempt does not count.
+    /// assert!(limiter.refund(&logins, &reserved, 1).await?);
+    /// assert_eq!(limiter.check_all(&logins, "alice", 0).await?[0].remaining, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check_all`](Self::check_all), and [`ErrorKind::InvalidInput`] for a policy in delay
+    /// mode.
+    pub async fn reserve(
+        &self,
+        policies: &[Policy],
+        client: &str,
+        cost: u64,
+    ) -> Result<Decisions, Error> {
+        self.reserve_at(policies, client, cost, None).await
+    }
+
+    /// As [`reserve`](Self::reserve), at an explicit time instead of the backend's clock.
+    ///
+    /// # Errors
+    /// As [`reserve`](Self::reserve).
+    pub async fn reserve_at(
+        &self,
+        policies: &[Policy],
+        client: &str,
+        cost: u64,
+        now: Option<Timestamp>,
+    ) -> Result<Decisions, Error> {
+        validate_reservation(policies)?;
+        let extras = Extras {
+            once: None,
+            reserve: true,
+        };
+        run(self
+            .backend
+            .start(&self.keys, policies, client, cost, now, &extras))
+        .await
+    }
+
+    /// Gives back `cost` (at most what it took) of what the reservation `reserved` of
+    /// `policies` took: each policy only to the state it counted in (a window that has since
+    /// ended is not credited to the next one), never below empty. Whether anything was given
+    /// back; a denied or failed-open reservation took nothing and gives nothing. Refund a
+    /// reservation once: a second refund would give back what other requests took.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub async fn refund(
+        &self,
+        policies: &[Policy],
+        reserved: &Decisions,
+        cost: u64,
+    ) -> Result<bool, Error> {
+        self.refund_at(policies, reserved, cost, None).await
+    }
+
+    /// As [`refund`](Self::refund), at an explicit time instead of the backend's clock.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub async fn refund_at(
+        &self,
+        policies: &[Policy],
+        reserved: &Decisions,
+        cost: u64,
+        now: Option<Timestamp>,
+    ) -> Result<bool, Error> {
+        let Some(reservation) = reserved.reservation() else {
+            return Ok(false);
+        };
+        let cost = cost.min(reservation.cost);
+        if cost == 0 {
+            return Ok(false);
+        }
+        validate_reservation(policies)?;
+        let refunded = self
+            .backend
+            .refund(&self.keys, policies, reservation, cost, now)
+            .await?;
+        Ok(refunded > 0)
     }
 
     async fn one(
@@ -163,10 +269,11 @@ impl Limiter {
         cost: u64,
         now: Option<Timestamp>,
     ) -> Result<Decision, Error> {
-        let decisions = run(self
-            .backend
-            .start(&self.keys, policy, client, cost, now, None))
-        .await?;
+        let decisions =
+            run(self
+                .backend
+                .start(&self.keys, policy, client, cost, now, &Extras::default()))
+            .await?;
         let only = decisions.into_iter().next();
         Ok(only.unwrap_or_else(|| unreachable!("one decision per policy")))
     }
@@ -181,7 +288,7 @@ impl Limiter {
         validate(policies)?;
         run(self
             .backend
-            .start(&self.keys, policies, client, cost, now, None))
+            .start(&self.keys, policies, client, cost, now, &Extras::default()))
         .await
     }
 }
@@ -220,4 +327,20 @@ fn validate(policies: &[Policy]) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+/// A valid check that a refund can give back: no policy in delay mode (whose slot a later
+/// request may already wait for).
+fn validate_reservation(policies: &[Policy]) -> Result<(), Error> {
+    validate(policies)?;
+    match policies.iter().find(|p| p.max_delay().is_some()) {
+        Some(delayed) => Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "policy {:?} is in delay mode and cannot be reserved",
+                delayed.name()
+            ),
+        )),
+        None => Ok(()),
+    }
 }

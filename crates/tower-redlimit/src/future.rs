@@ -78,6 +78,12 @@ pin_project! {
             // Given back when the response is ready, or when the request is dropped.
             lease: Option<Lease>,
         },
+        // Counting by response: what the response said not to count is given back before it
+        // is sent, so the client's next request finds the quota refunded.
+        Settling {
+            refund: Refund,
+            response: Option<S::Response>,
+        },
         Answered {
             response: Option<Response<Bytes>>,
         },
@@ -160,6 +166,9 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
 
 /// The rate check and then, if it allowed, the concurrency lease: their decisions together.
 pub(crate) type Admission = Pin<Box<dyn Future<Output = (Decisions, Option<Lease>)> + Send>>;
+
+/// A refund a response owes its reservation.
+pub(crate) type Refund = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What a check that waits for Redis keeps until it is decided.
 struct Pending<S, B> {
@@ -295,7 +304,19 @@ where
                             runtime.guard.service_failed();
                         }
                         runtime.add_headers(response.headers_mut(), &decisions);
+                        if let Some(refund) = runtime.settle(&response, &decisions) {
+                            state.set(State::Settling {
+                                refund,
+                                response: Some(response),
+                            });
+                            continue;
+                        }
                     }
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Settling { refund, response } => {
+                    ready!(refund.as_mut().poll(cx));
+                    let response = response.take().expect("polled after completion");
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Answered { response } => {

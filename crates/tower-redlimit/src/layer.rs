@@ -1,7 +1,7 @@
 use std::{fmt, sync::Arc};
 
 use bytes::Bytes;
-use http::{HeaderName, Response, StatusCode, request::Parts};
+use http::{HeaderMap, HeaderName, Response, StatusCode, request::Parts};
 use redlimit::{ConcurrencyPolicy, ConfigError, GuardedLimiter, Limiter, Policy};
 use tower_layer::Layer;
 
@@ -242,6 +242,51 @@ impl RateLimitLayer {
     /// consumes nothing more. Requests without it are checked as usual. Defaults to none.
     pub fn idempotency_key(mut self, name: HeaderName) -> Self {
         self.runtime().idempotency = Some(name);
+        self
+    }
+
+    /// Counts only the requests whose response `counts` says so, such as failed logins: each
+    /// check reserves its cost (see [`GuardedLimiter::reserve`]), and a response that does
+    /// not count gives it back before it is sent (one more backend command, only for those
+    /// responses). Concurrent requests cannot overrun the limit while their responses are
+    /// pending, a refund never gives back more than its request took, and during a backend
+    /// outage the failure policy answers and every request counts. Replaces
+    /// [`idempotency_key`](Self::idempotency_key)'s counting once. Defaults to counting every
+    /// request.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+    /// use tower_redlimit::RateLimitLayer;
+    ///
+    /// let logins = Policy::builder("login", Algorithm::FixedWindow)
+    ///     .limit(5)
+    ///     .window(Duration::from_secs(900))
+    ///     .build()?;
+    /// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [logins])?
+    ///     .count_when(|status, _| status.is_client_error() || status.is_server_error());
+    /// # Ok::<(), redlimit::ConfigError>(())
+    /// ```
+    pub fn count_when(
+        self,
+        counts: impl Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        // Counted: all of the reservation stays; not counted: none of it does.
+        self.settle(move |status, headers| Some(if counts(status, headers) { u64::MAX } else { 0 }))
+    }
+
+    /// Counts a cost known only from the response, such as tokens a model reports in a
+    /// header: each check reserves its request's [`cost`](Self::cost), and `actual` (from the
+    /// response's status and headers) settles it; whatever the reservation took beyond the
+    /// actual cost is given back before the response is sent. `None` keeps the reservation
+    /// whole; a cost above the reservation is not charged further. Defaults to none.
+    pub fn settle(
+        mut self,
+        actual: impl Fn(StatusCode, &HeaderMap) -> Option<u64> + Send + Sync + 'static,
+    ) -> Self {
+        self.runtime().settle = Some(Arc::new(move |status, headers, reserved| {
+            actual(status, headers).map_or(reserved, |cost| cost.min(reserved))
+        }));
         self
     }
 

@@ -9,7 +9,7 @@ use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
 
 use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
-    future::Admission,
+    future::{Admission, Refund},
     headers::{self, policy_value, seconds_up},
     response::{Rejected, default_response},
 };
@@ -17,6 +17,8 @@ use crate::{
 pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 pub(crate) type RejectionFn = dyn Fn(&Rejected<'_>) -> Response<Bytes> + Send + Sync;
 pub(crate) type ChooseFn = dyn Fn(&Parts, &str) -> Option<usize> + Send + Sync;
+/// From a response's status and headers and the cost reserved, the cost that stays counted.
+pub(crate) type SettleFn = dyn Fn(StatusCode, &HeaderMap, u64) -> u64 + Send + Sync;
 
 #[derive(Clone)]
 pub(crate) struct Runtime {
@@ -39,6 +41,9 @@ pub(crate) struct Runtime {
     /// Other guards a request may be limited by, chosen by `choose`.
     /// The header carrying a request id, whose retries are counted once.
     pub(crate) idempotency: Option<HeaderName>,
+    /// Counting by response: checks reserve, and what the response says not to count is
+    /// refunded.
+    pub(crate) settle: Option<Arc<SettleFn>>,
     pub(crate) tier_guards: Vec<GuardedLimiter>,
     pub(crate) choose: Option<Arc<ChooseFn>>,
     /// A runtime per tier guard, made by [`ready`](Self::ready).
@@ -68,6 +73,7 @@ impl Runtime {
             deny: None,
             deny_status: StatusCode::FORBIDDEN,
             idempotency: None,
+            settle: None,
             tier_guards: Vec::new(),
             choose: None,
             tiers: Vec::new(),
@@ -129,10 +135,13 @@ impl Runtime {
         self.concurrency = Some(policy);
     }
 
-    /// The check of `request` by `key`: counted once per request id when the layer reads one
-    /// and the request carries it.
+    /// The check of `request` by `key`: a reservation when responses settle what counts,
+    /// else counted once per request id when the layer reads one and the request carries it.
     pub(crate) fn check(&self, request: &Parts, key: &str) -> Check {
         let cost = self.cost_of(request);
+        if self.settle.is_some() {
+            return self.guard.reserve(key, cost);
+        }
         let id = self
             .idempotency
             .as_ref()
@@ -157,6 +166,23 @@ impl Runtime {
             let (decision, lease) = guard.acquire(&policy, &key).await;
             (decisions.and(decision), lease.map(Lease::keep_alive))
         })
+    }
+
+    /// The refund a response owes its admitted reservation `decisions`: the part of the cost
+    /// it says not to count, given back within the guard's budget. `None` when everything
+    /// stays counted.
+    pub(crate) fn settle<B>(
+        &self,
+        response: &Response<B>,
+        decisions: &Decisions,
+    ) -> Option<Refund> {
+        let (settle, reserved) = (self.settle.as_ref()?, decisions.refundable()?);
+        let keep = settle(response.status(), response.headers(), reserved);
+        let give_back = reserved.checked_sub(keep).filter(|&n| n > 0)?;
+        let (guard, decisions) = (self.guard.clone(), decisions.clone());
+        Some(Box::pin(async move {
+            guard.refund(&decisions, give_back).await;
+        }))
     }
 
     /// The deny list first, then the allow list; each counted by the guard.

@@ -20,6 +20,7 @@ mod once;
 mod oom;
 mod parity;
 mod pitfalls;
+mod refund;
 mod round_trips;
 mod secrets;
 mod sentinel;

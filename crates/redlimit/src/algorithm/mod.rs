@@ -8,10 +8,12 @@ mod bucket;
 mod counter;
 mod gcra;
 mod log;
+mod refund;
 mod window;
 
 use std::collections::VecDeque;
 
+pub(crate) use self::refund::refund;
 use crate::{Algorithm, Policy};
 
 /// What one key holds, per algorithm. Times are milliseconds except GCRA's microseconds.

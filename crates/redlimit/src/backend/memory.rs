@@ -1,7 +1,7 @@
 //! In-process backend: the same algorithms and integer arithmetic as the scripts, in bounded
 //! memory.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::{
     ConfigError, KeyScheme, Policy,
@@ -154,10 +154,7 @@ impl MemoryBackend {
         now_us: u64,
         mut finish: impl FnMut(&Policy, Answer) -> T,
     ) -> Vec<T> {
-        let client = self.ids.id(client);
-        let mut shard = self.shards[ClientIds::shard(client, SHARDS)]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (client, mut shard) = self.shard_of(client);
         if let [policy] = policies {
             let id = KeyIds::of(keys, policy, client);
             return vec![finish(policy, shard.check_one(policy, id, cost, now_us))];
@@ -208,10 +205,7 @@ impl MemoryBackend {
         cost: u64,
         now_us: u64,
     ) -> Inspected {
-        let client = self.ids.id(client);
-        let shard = self.shards[ClientIds::shard(client, SHARDS)]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (client, shard) = self.shard_of(client);
         let entry = shard
             .entries
             .get(KeyIds::of(keys, policy, client))
@@ -236,10 +230,7 @@ impl MemoryBackend {
         policy: &Policy,
         now_us: u64,
     ) -> bool {
-        let client = self.ids.id(client);
-        let mut shard = self.shards[ClientIds::shard(client, SHARDS)]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (client, mut shard) = self.shard_of(client);
         let Some(entry) = shard.entries.get_mut(KeyIds::of(keys, policy, client)) else {
             return false;
         };
@@ -247,6 +238,40 @@ impl MemoryBackend {
         // Expired is absent: the slot is reused or swept like any other expired key.
         *entry = Entry::default();
         live
+    }
+
+    /// Gives back `cost` that `policies` took for `client` at `at_us` (see
+    /// [`algorithm::refund`]); how many policies gave something back.
+    pub(crate) fn refund(
+        &self,
+        keys: &KeyScheme,
+        client: &str,
+        policies: &[Policy],
+        cost: u64,
+        at_us: u64,
+        now_us: u64,
+    ) -> u64 {
+        let (client, mut shard) = self.shard_of(client);
+        let mut refunded = 0;
+        for policy in policies {
+            let entry = shard.entries.get_mut(KeyIds::of(keys, policy, client));
+            let live = entry.filter(|entry| entry.expires_at_us > now_us);
+            if let Some(state) = live.and_then(|entry| entry.state.as_mut())
+                && algorithm::refund(policy, state, at_us, now_us, cost)
+            {
+                refunded += 1;
+            }
+        }
+        refunded
+    }
+
+    /// The client's id and its shard, locked: every key of one client lives there.
+    fn shard_of(&self, client: &str) -> (ClientId, MutexGuard<'_, Shard>) {
+        let client = self.ids.id(client);
+        let shard = self.shards[ClientIds::shard(client, SHARDS)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (client, shard)
     }
 }
 

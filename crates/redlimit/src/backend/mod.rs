@@ -18,7 +18,7 @@ pub use self::{
 };
 use crate::{
     Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Reason, RetryAfter, Timestamp,
-    algorithm::Denial,
+    algorithm::Denial, decisions::Reservation,
 };
 
 /// Where a [`Limiter`](crate::Limiter) keeps its state.
@@ -110,8 +110,8 @@ impl Backend {
     }
 
     /// Begins a check of `policies` (valid: not empty, no name twice) for `client`, counted
-    /// once per request id with `once`. In process it is decided here; on Redis the returned
-    /// future sends it when first polled.
+    /// once per request id and kept refundable as `extras` say. In process it is decided here;
+    /// on Redis the returned future sends it when first polled.
     pub(crate) fn start<P: Policies + ?Sized>(
         &self,
         keys: &KeyScheme,
@@ -119,17 +119,18 @@ impl Backend {
         client: &str,
         cost: u64,
         now: Option<Timestamp>,
-        once: Option<&Once>,
+        extras: &Extras,
     ) -> Started {
         match self {
             Self::Memory(memory) => {
                 let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
                 let policies = policies.as_slice();
-                let Some(once) = once else {
+                let Some(once) = &extras.once else {
                     let decisions = memory.check(keys, client, policies, cost, now_us, |p, a| {
                         decision(p, a, Reason::Memory)
                     });
-                    return Started::Ready(Ok(Decisions::new(decisions)));
+                    let decisions = Decisions::new(decisions);
+                    return Started::Ready(Ok(extras.stamp(decisions, Some(now_us), client, cost)));
                 };
                 let key = keys.once(policies, client, &once.id);
                 let answers = memory.recent().once(&key, once.window_ms, now_us, || {
@@ -140,7 +141,8 @@ impl Backend {
                     .zip(answers)
                     .map(|(policy, answer)| decision(policy, answer, Reason::Memory))
                     .collect();
-                Started::Ready(Ok(Decisions::new(decisions)))
+                let decisions = Decisions::new(decisions);
+                Started::Ready(Ok(extras.stamp(decisions, Some(now_us), client, cost)))
             }
             Self::Redis(redis) => {
                 let redis = redis.clone();
@@ -150,11 +152,23 @@ impl Backend {
                     .map(|p| keys.key(p, client))
                     .collect();
                 let mut extra = Vec::new();
-                if let Some(once) = once {
+                if let Some(once) = &extras.once {
                     names.push(keys.once(policies.as_slice(), client, &once.id));
                     extra.push(once.window_ms.to_string());
                 }
+                if extras.reserve {
+                    extra.push(script::RESERVE.to_owned());
+                }
                 let policies = policies.to_owned_policies();
+                let reserve = Extras {
+                    once: None,
+                    reserve: extras.reserve,
+                };
+                let client = if extras.reserve {
+                    client.to_owned()
+                } else {
+                    String::new()
+                };
                 Started::Waiting(Box::pin(async move {
                     let policies = policies.as_ref();
                     let call = Invocation {
@@ -164,15 +178,78 @@ impl Backend {
                         now_us: now.map(Timestamp::as_micros),
                         extra: &extra,
                     };
-                    let answers = redis.check(call).await?;
+                    let (answers, taken_at_us) = redis.check(call).await?;
                     let decisions = policies
                         .iter()
                         .zip(answers)
                         .map(|(policy, answer)| decision(policy, answer, Reason::Redis))
                         .collect();
-                    Ok(Decisions::new(decisions))
+                    let decisions = Decisions::new(decisions);
+                    Ok(reserve.stamp(decisions, taken_at_us, &client, cost))
                 }))
             }
+        }
+    }
+
+    /// Gives back `cost` of what `reserved` took from `policies`, at `now` (else the backend's
+    /// time); how many policies gave something back.
+    pub(crate) async fn refund(
+        &self,
+        keys: &KeyScheme,
+        policies: &[Policy],
+        reserved: &Reservation,
+        cost: u64,
+        now: Option<Timestamp>,
+    ) -> Result<u64, Error> {
+        let (client, taken_at_us) = (&*reserved.client, reserved.at_us);
+        match self {
+            Self::Memory(memory) => {
+                let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
+                Ok(memory.refund(keys, client, policies, cost, taken_at_us, now_us))
+            }
+            Self::Redis(redis) => {
+                let names: Vec<String> = policies.iter().map(|p| keys.key(p, client)).collect();
+                let at = [taken_at_us.to_string()];
+                let call = Invocation {
+                    policies,
+                    keys: &names,
+                    cost,
+                    now_us: now.map(Timestamp::as_micros),
+                    extra: &at,
+                };
+                let reply = redis.script(call, |scripts| &scripts.refund).await?;
+                Ok(reply.first().map_or(0, |&n| u64::try_from(n).unwrap_or(0)))
+            }
+        }
+    }
+}
+
+/// What a check does besides deciding: answer retries of one request id once, and keep its
+/// time so that [`Backend::refund`] can give back what it took.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Extras {
+    pub(crate) once: Option<Once>,
+    pub(crate) reserve: bool,
+}
+
+impl Extras {
+    /// `decisions`, refundable if this is an admitted reservation taken at `taken_at_us`.
+    fn stamp(
+        &self,
+        decisions: Decisions,
+        taken_at_us: Option<u64>,
+        client: &str,
+        cost: u64,
+    ) -> Decisions {
+        match taken_at_us {
+            Some(at_us) if self.reserve && decisions.allowed() && cost > 0 => {
+                decisions.reserved(Reservation {
+                    client: client.into(),
+                    cost,
+                    at_us,
+                })
+            }
+            _ => decisions,
         }
     }
 }

@@ -184,11 +184,15 @@ impl RedisBackend {
         self.inner.pools.is_cluster()
     }
 
-    pub(crate) async fn check(&self, call: Invocation<'_>) -> Result<Vec<Answer>, Error> {
+    /// Runs the check `call`: each policy's answer, and for a reservation the time it took.
+    pub(crate) async fn check(
+        &self,
+        call: Invocation<'_>,
+    ) -> Result<(Vec<Answer>, Option<u64>), Error> {
         let inner = &self.inner;
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
-            let script = inner.scripts.of(call.policies);
+            let script = inner.scripts.of(&call);
             let mut reply = self.run::<Vec<i64>>(&call, script, &mut conn).await;
             if inner.repair && matches!(&reply, Err(err) if call.error_is_corrupt(err)) {
                 // Opted in: what cannot be read is deleted, and the check starts over.
@@ -206,7 +210,7 @@ impl RedisBackend {
                 }
             }
             match reply {
-                Ok(reply) => script::parse(&reply, call.policies.len()),
+                Ok(reply) => script::parse_check(&reply, &call),
                 Err(err) => {
                     if err.is_unrecoverable_error() || err.is_timeout() {
                         self.discard(generation);
@@ -275,8 +279,9 @@ impl RedisBackend {
         script::parse_inspected(reply)
     }
 
-    /// Runs a lease script (acquire or renew) of `call` within the budget.
-    pub(crate) async fn lease(
+    /// Runs a script that is not a check (a lease's acquire or renew, a refund) within the
+    /// budget.
+    pub(crate) async fn script(
         &self,
         call: Invocation<'_>,
         script: impl Fn(&Scripts) -> &Script,

@@ -73,6 +73,15 @@ pub(crate) const SEVERAL: &str = every!("several.lua");
 /// The Lua source of the script inspecting one policy's key without writing.
 const INSPECT: &str = every!("inspect.lua");
 
+/// The Lua source of the script giving back what a reservation took.
+const REFUND: &str = concat!(
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/refund.lua")
+);
+
+/// The last argument of a check that is a reservation: several.lua replies the time it took.
+pub(crate) const RESERVE: &str = "r";
+
 /// The error code a script raises for a key it cannot read.
 const CORRUPT: &str = "REDLIMIT_CORRUPT";
 /// Redis's error code for a command on a key of another type.
@@ -146,6 +155,7 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     several: Script,
     inspect: Script,
+    pub(crate) refund: Script,
 }
 
 impl Scripts {
@@ -157,6 +167,7 @@ impl Scripts {
             renew: Script::new(RENEW),
             several: Script::new(SEVERAL),
             inspect: Script::new(INSPECT),
+            refund: Script::new(REFUND),
         }
     }
 
@@ -165,9 +176,13 @@ impl Scripts {
         &self.inspect
     }
 
-    /// The script for a check of `policies`: the lean one for a single policy.
-    pub(crate) fn of(&self, policies: &[Policy]) -> &Script {
-        match policies {
+    /// The script for the check `call`: the lean one for a single policy, unless it is a
+    /// reservation.
+    pub(crate) fn of(&self, call: &Invocation<'_>) -> &Script {
+        if call.is_reservation() {
+            return &self.several;
+        }
+        match call.policies {
             [policy] if policy.max_delay_ms() > 0 => &self.gcra_delay,
             [policy] => Algorithm::ALL
                 .iter()
@@ -198,6 +213,11 @@ impl<'a> Invocation<'a> {
             now_us: None,
             extra: &[],
         }
+    }
+
+    /// Whether the check is a reservation, whose reply ends with the time it was taken at.
+    pub(crate) fn is_reservation(&self) -> bool {
+        self.extra.last().is_some_and(|last| last == RESERVE)
     }
 
     /// `EVALSHA sha …`: the one command of a check at steady state.
@@ -287,6 +307,19 @@ pub(crate) fn parse_inspected(
         ttl_ms: u64::try_from(pttl).ok(),
         state: pairs,
     })
+}
+
+/// Reads a check's reply: four integers per policy, then for a reservation the time it was
+/// taken at.
+pub(crate) fn parse_check(
+    reply: &[i64],
+    call: &Invocation<'_>,
+) -> Result<(Vec<Answer>, Option<u64>), Error> {
+    let (answers, taken_at) = match reply.split_last() {
+        Some((&at, answers)) if call.is_reservation() => (answers, u64::try_from(at).ok()),
+        _ => (reply, None),
+    };
+    Ok((parse(answers, call.policies.len())?, taken_at))
 }
 
 /// Reads the script's reply: four integers per policy.

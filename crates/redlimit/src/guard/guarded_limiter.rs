@@ -11,7 +11,7 @@ use super::{block_cache::Slot, error_log::ErrorLog, metrics::Metrics, waiting::W
 use crate::{
     BlockCache, Check, CircuitBreaker, ConcurrencyPolicy, ConfigError, Decision, Decisions, Error,
     ErrorKind, FailurePolicy, Lease, Limiter, Policy, Reason, Stats, Timestamp, Waiting,
-    backend::{Once, Started},
+    backend::{Extras, Once, Started},
     client_id,
 };
 
@@ -370,7 +370,7 @@ impl GuardedLimiter {
     /// [`Check::into_ready`]); a check on Redis is decided when the returned [`Check`] is
     /// awaited.
     pub fn check(&self, client: &str, cost: u64) -> Check {
-        self.checked(client, cost, None)
+        self.checked(client, cost, Extras::default())
     }
 
     /// As [`check`](Self::check), counted once per request `id` (an `Idempotency-Key`): a
@@ -379,10 +379,50 @@ impl GuardedLimiter {
     /// reply was lost is not counted twice). Such checks skip the block cache; when the
     /// backend fails, the failure policy answers as usual (a local fallback without ids).
     pub fn check_once(&self, client: &str, cost: u64, id: &str) -> Check {
-        self.checked(client, cost, Some(Once::new(id, self.inner.once_window)))
+        let extras = Extras {
+            once: Some(Once::new(id, self.inner.once_window)),
+            reserve: false,
+        };
+        self.checked(client, cost, extras)
     }
 
-    fn checked(&self, client: &str, cost: u64, once: Option<Once>) -> Check {
+    /// As [`check`](Self::check), keeping what an admitted check took refundable with
+    /// [`refund`](Self::refund): for requests that count only if their response says so. See
+    /// [`Limiter::reserve`]. Such checks skip the block cache, since a refund may free the quota
+    /// a denial saw exhausted; when the backend fails, the failure policy answers as usual and
+    /// there is nothing to refund.
+    pub fn reserve(&self, client: &str, cost: u64) -> Check {
+        let extras = Extras {
+            once: None,
+            reserve: true,
+        };
+        self.checked(client, cost, extras)
+    }
+
+    /// Gives back `cost` (at most what it took) of what the reservation `reserved` took (see
+    /// [`Limiter::refund`]), within the guard's budget; whether anything was given back. A
+    /// failure is logged and counted like a check's, and gives nothing back: the request stays
+    /// counted.
+    pub async fn refund(&self, reserved: &Decisions, cost: u64) -> bool {
+        if reserved.refundable().is_none() {
+            return false;
+        }
+        let guard = &*self.inner;
+        let now = guard.clock.as_ref().map(|clock| clock());
+        let refund = guard
+            .limiter
+            .refund_at(&guard.policies, reserved, cost, now);
+        match guard.within_budget(refund).await {
+            Ok(refunded) => refunded,
+            Err(error) => {
+                guard.count_failed(error.kind());
+                guard.errors.report(&error, &guard.policies);
+                false
+            }
+        }
+    }
+
+    fn checked(&self, client: &str, cost: u64, extras: Extras) -> Check {
         let guard = &*self.inner;
         let span = guard.span(client, cost);
         // Where the answer is recorded if it blocks, and when the check was sent.
@@ -392,7 +432,7 @@ impl GuardedLimiter {
         let blocks = guard
             .blocks
             .as_ref()
-            .filter(|_| cost <= guard.capacity && once.is_none());
+            .filter(|_| cost <= guard.capacity && extras.once.is_none() && !extras.reserve);
         if let Some(blocks) = blocks {
             let sent_us = guard.local_now_us();
             let slot = blocks.slot(client);
@@ -406,14 +446,7 @@ impl GuardedLimiter {
             return self.fail(client, cost, None, span);
         }
         let now = guard.clock.as_ref().map(|clock| clock());
-        match start(
-            &guard.limiter,
-            &guard.policies,
-            client,
-            cost,
-            now,
-            once.as_ref(),
-        ) {
+        match start(&guard.limiter, &guard.policies, client, cost, now, &extras) {
             Started::Ready(Ok(decisions)) => Check::ready(guard.finish(decisions, &span)),
             Started::Ready(Err(error)) => {
                 guard.count_failed(error.kind());
@@ -481,7 +514,14 @@ impl GuardedLimiter {
             FailurePolicy::Local(local) => local,
         };
         let now = guard.clock.as_ref().map(|clock| clock());
-        match start(local, &guard.policies, client, cost, now, None) {
+        match start(
+            local,
+            &guard.policies,
+            client,
+            cost,
+            now,
+            &Extras::default(),
+        ) {
             Started::Ready(answer) => Check::ready(guard.fallback(answer, error, &span)),
             Started::Waiting(answer) => {
                 let this = self.clone();
@@ -674,10 +714,10 @@ fn start(
     client: &str,
     cost: u64,
     now: Option<Timestamp>,
-    once: Option<&Once>,
+    extras: &Extras,
 ) -> Started {
     let backend = limiter.backend();
-    backend.start(limiter.keys(), policies, client, cost, now, once)
+    backend.start(limiter.keys(), policies, client, cost, now, extras)
 }
 
 fn process_start() -> Instant {

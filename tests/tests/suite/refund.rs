@@ -1,0 +1,253 @@
+//! Counting by response: a reservation is refunded when its response should not count, by at
+//! most what it took, only to the window it counted in, and correctly under concurrency; on
+//! Redis and in memory alike.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode},
+    routing::get,
+};
+use redlimit::{Algorithm, Decisions, GuardedLimiter, Limiter, Policy, Timestamp};
+use redlimit_tests::RedisServer;
+use tower::ServiceExt;
+use tower_redlimit::{HeaderKey, RateLimitLayer};
+
+use crate::support::{T0, at_ms, both_backends, policy};
+
+async fn reserve(limiter: &Limiter, p: &[Policy], at: u64) -> Decisions {
+    limiter
+        .reserve_at(p, "c", 1, Some(at_ms(at)))
+        .await
+        .expect("reserve")
+}
+
+async fn refund(limiter: &Limiter, p: &[Policy], reserved: &Decisions, at: u64) -> bool {
+    limiter
+        .refund_at(p, reserved, 1, Some(at_ms(at)))
+        .await
+        .expect("refund")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_gives_back_one_reservation_of_every_algorithm() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        for algorithm in Algorithm::ALL {
+            let p = [policy(algorithm, 3, 60_000, None)];
+            let name = format!("{backend} {}", algorithm.name());
+            let mut taken = Vec::new();
+            for i in 0..3 {
+                let d = reserve(&limiter, &p, T0 + i).await;
+                assert!(d.allowed(), "{name}: reservation {i}");
+                assert_eq!(d.refundable(), Some(1), "{name}");
+                taken.push(d);
+            }
+            let denied = reserve(&limiter, &p, T0 + 3).await;
+            assert!(!denied.allowed(), "{name}: the 4th is denied");
+            assert_eq!(denied.refundable(), None, "{name}: a denial took nothing");
+            assert!(
+                !refund(&limiter, &p, &denied, T0 + 4).await,
+                "{name}: nothing to give back"
+            );
+            assert!(refund(&limiter, &p, &taken[1], T0 + 5).await, "{name}");
+            let after = reserve(&limiter, &p, T0 + 6).await;
+            assert!(after.allowed(), "{name}: the refunded slot is free again");
+            assert!(
+                !reserve(&limiter, &p, T0 + 7).await.allowed(),
+                "{name}: and only that one"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_that_ended_is_not_credited_to_the_next() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        for algorithm in [
+            Algorithm::FixedWindow,
+            Algorithm::FixedWindowAnchored,
+            Algorithm::SlidingWindowCounter,
+            Algorithm::SlidingWindowLog,
+        ] {
+            let p = [policy(algorithm, 2, 60_000, None)];
+            let name = format!("{backend} {}", algorithm.name());
+            let old = reserve(&limiter, &p, T0).await;
+            assert!(old.allowed(), "{name}");
+            // Two windows later the old reservation counts nowhere; the new window is full.
+            let later = T0 + 120_000;
+            for i in 0..2 {
+                assert!(reserve(&limiter, &p, later + i).await.allowed(), "{name}");
+            }
+            assert!(
+                !refund(&limiter, &p, &old, later + 2).await,
+                "{name}: the old window is gone"
+            );
+            assert!(
+                !reserve(&limiter, &p, later + 3).await.allowed(),
+                "{name}: the new window stays full"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_gives_back_at_most_what_it_took() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let p = [policy(Algorithm::FixedWindow, 10, 60_000, None)];
+        let d = limiter
+            .reserve_at(&p, "c", 2, Some(at_ms(T0)))
+            .await
+            .expect("reserve");
+        assert_eq!(d.refundable(), Some(2), "{backend}");
+        limiter
+            .refund_at(&p, &d, 100, Some(at_ms(T0 + 1)))
+            .await
+            .expect("refund");
+        let peek = limiter
+            .check_at(&p[0], "c", 0, at_ms(T0 + 2))
+            .await
+            .expect("peek");
+        assert_eq!(peek.remaining, 10, "{backend}: the 2 it took, not 100");
+        // A plain check is not refundable.
+        let plain = limiter
+            .check_all_at(&p, "c", 1, at_ms(T0 + 3))
+            .await
+            .expect("check");
+        assert_eq!(plain.refundable(), None, "{backend}");
+        assert!(
+            !limiter.refund(&p, &plain, 1).await.expect("refund"),
+            "{backend}"
+        );
+        // A policy in delay mode cannot be reserved.
+        let delayed = Policy::builder("delayed", Algorithm::Gcra)
+            .limit(10)
+            .window(Duration::from_secs(1))
+            .max_delay(Duration::from_secs(1))
+            .build()
+            .expect("a policy");
+        let error = limiter
+            .reserve(&[delayed], "c", 1)
+            .await
+            .expect_err("delay mode");
+        assert!(
+            error.to_string().contains("delay mode"),
+            "{backend}: {error}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_mixed_requests_count_exactly_their_failures() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        for limit in [3, 100] {
+            let p: Arc<[Policy]> = Arc::new([policy(Algorithm::FixedWindow, limit, 60_000, None)]);
+            let tasks: Vec<_> = (0..64)
+                .map(|i| {
+                    let (limiter, p) = (limiter.clone(), Arc::clone(&p));
+                    tokio::spawn(async move {
+                        let d = reserve(&limiter, &p, T0 + i).await;
+                        let failed = i % 2 == 0;
+                        if d.allowed() && !failed {
+                            assert!(refund(&limiter, &p, &d, T0 + i + 1).await);
+                        }
+                        d.allowed() && failed
+                    })
+                })
+                .collect();
+            let mut counted = 0;
+            for task in tasks {
+                counted += u64::from(task.await.expect("task"));
+            }
+            let peek = limiter
+                .check_at(&p[0], "c", 0, at_ms(T0 + 100))
+                .await
+                .expect("peek");
+            let count = limit - peek.remaining;
+            assert_eq!(
+                count, counted,
+                "{backend} limit {limit}: the count is the failures"
+            );
+            assert!(counted <= limit.min(32), "{backend} limit {limit}");
+            if limit == 100 {
+                assert_eq!(counted, 32, "{backend}: every failure admitted and counted");
+            }
+            limiter.reset(&p[0], "c").await.expect("reset");
+        }
+    }
+}
+
+/// `/login` answers the status the request's `x-status` header names.
+fn login_app(guard: GuardedLimiter) -> Router {
+    let layer = RateLimitLayer::new(guard)
+        .key(HeaderKey::new("x-key").expect("a header name"))
+        .count_when(|status, _| status.as_u16() >= 400);
+    let handler = |request: Request<Body>| async move {
+        let status = request
+            .headers()
+            .get("x-status")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(200);
+        StatusCode::from_u16(status).expect("a status")
+    };
+    Router::new().route("/login", get(handler)).layer(layer)
+}
+
+async fn login(app: &Router, status: u16) -> StatusCode {
+    let request = Request::get("/login")
+        .header("x-key", "alice")
+        .header("x-status", status.to_string())
+        .body(Body::empty())
+        .expect("a request");
+    app.clone()
+        .oneshot(request)
+        .await
+        .expect("infallible")
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_route_counts_only_failed_responses() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let p = Policy::builder("login", Algorithm::FixedWindow)
+            .limit(3)
+            .window(Duration::from_secs(3_600))
+            .build()
+            .expect("a policy");
+        let guard = GuardedLimiter::new(limiter.clone(), [p.clone()])
+            .expect("a guard")
+            .budget(Duration::from_secs(5))
+            .clock(Arc::new(|| Timestamp::from_millis(T0)));
+        let app = login_app(guard);
+        for _ in 0..20 {
+            assert_eq!(
+                login(&app, 200).await,
+                StatusCode::OK,
+                "{backend}: 200s pass"
+            );
+        }
+        for _ in 0..3 {
+            assert_eq!(
+                login(&app, 401).await,
+                StatusCode::UNAUTHORIZED,
+                "{backend}"
+            );
+        }
+        assert_eq!(
+            login(&app, 200).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{backend}: three failures used the limit"
+        );
+        let peek = limiter
+            .check_at(&p, "alice", 0, at_ms(T0))
+            .await
+            .expect("peek");
+        assert_eq!(peek.remaining, 0, "{backend}");
+    }
+}
