@@ -229,9 +229,25 @@ pub struct Route {
     #[serde(default)]
     pub deny: Vec<String>,
     /// What the route answers: `hello` (the default), `sleep:200ms` (hello after a pause, for
-    /// trying concurrency limits), or `status:401` (that status, for trying failed logins).
+    /// trying concurrency limits), `status:401` (that status), or `login` (200 when the
+    /// `x-password` header is `demo`, else 401: for trying `count = "failures"`).
     #[serde(default, deserialize_with = "parsed")]
     pub handler: Handler,
+    /// Which requests count: `all` (the default), or `failures` (responses of status 400 and
+    /// above; each request reserves its slot, and a success gives it back).
+    #[serde(default)]
+    pub count: Count,
+}
+
+/// The `count` setting of a route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Count {
+    /// Every request.
+    #[default]
+    All,
+    /// Requests whose response has a status of 400 or above.
+    Failures,
 }
 
 /// What a route's handler does.
@@ -244,6 +260,8 @@ pub enum Handler {
     Sleep(Duration),
     /// Answers with this status.
     Status(u16),
+    /// 200 when the `x-password` header is `demo`, else 401.
+    Login,
 }
 
 /// The methods a route serves when it names the ones it limits.
@@ -255,6 +273,7 @@ impl FromStr for Handler {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.split_once(':') {
             None if s == "hello" => Ok(Self::Hello),
+            None if s == "login" => Ok(Self::Login),
             Some(("sleep", pause)) => humantime::parse_duration(pause)
                 .map(Self::Sleep)
                 .map_err(|e| format!("handler {s:?}: {e}")),
@@ -265,7 +284,7 @@ impl FromStr for Handler {
                 .map(Self::Status)
                 .ok_or_else(|| format!("handler {s:?}: a status from 200 to 599")),
             _ => Err(format!(
-                "handler {s:?} is not hello, sleep:DURATION or status:CODE"
+                "handler {s:?} is not hello, login, sleep:DURATION or status:CODE"
             )),
         }
     }
@@ -496,6 +515,12 @@ impl Config {
             if route.budget.is_some_and(|b| b.is_zero()) {
                 return err(format!(
                     "route {}: budget: must be more than zero",
+                    route.path
+                ));
+            }
+            if route.count == Count::Failures && route.mode == Mode::Delay {
+                return err(format!(
+                    "route {}: count: \"failures\" needs mode = \"reject\" (a delayed slot cannot be given back)",
                     route.path
                 ));
             }

@@ -9,13 +9,13 @@ mod reload;
 
 use axum::{
     Extension, Router,
-    http::{StatusCode, Uri},
+    http::{HeaderMap, StatusCode, Uri},
     routing::{MethodFilter, MethodRouter, on},
 };
 use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, RedisBackend};
 use tower_redlimit::{AccessList, ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
-use self::config::{Handler, KeyKind, RedisUrl, Route, SERVED_METHODS, Store};
+use self::config::{Count, Handler, KeyKind, RedisUrl, Route, SERVED_METHODS, Store};
 pub use self::{
     config::{Config, ConfigFileError},
     metrics::{install_metrics, metrics_router},
@@ -85,6 +85,9 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
         }
         if !config.deny.is_empty() || !route.deny.is_empty() {
             layer = layer.deny(list(&config.deny, &route.deny)?);
+        }
+        if route.count == Count::Failures {
+            layer = layer.count_when(|status, _| status.as_u16() >= 400);
         }
         if let Some(concurrency) = route.concurrency_policy()? {
             layer = layer.concurrency(concurrency);
@@ -188,6 +191,13 @@ fn handler(handler: Handler, filter: MethodFilter) -> MethodRouter {
         ),
         Handler::Status(code) => on(filter, move || async move {
             StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        }),
+        Handler::Login => on(filter, |headers: HeaderMap| async move {
+            if headers.get("x-password").is_some_and(|p| p == "demo") {
+                StatusCode::OK
+            } else {
+                StatusCode::UNAUTHORIZED
+            }
         }),
     }
 }

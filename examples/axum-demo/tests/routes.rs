@@ -114,6 +114,23 @@ async fn a_gateway_header_can_name_the_tier() {
     );
 }
 
+#[tokio::test]
+async fn a_login_route_counts_only_failed_logins() {
+    let text = "[[route]]\npath = \"/api\"\nalgorithm = \"sliding_window_log\"\nlimit = 3\nwindow = \"15m\"\nkey = \"global\"\nhandler = \"login\"\ncount = \"failures\"\n";
+    let router = app(&Config::parse(text).expect("valid")).expect("a router");
+    let right = statuses_with(&router, "x-password", "demo", 10).await;
+    assert_eq!(right, [200; 10], "successes do not count");
+    let wrong = statuses_with(&router, "x-password", "guess", 4).await;
+    assert_eq!(wrong, [401, 401, 401, 429]);
+    let locked = statuses_with(&router, "x-password", "demo", 1).await;
+    assert_eq!(locked, [429], "three failures used the limit");
+    let delayed = text
+        .replace("sliding_window_log", "gcra")
+        .replace("count =", "mode = \"delay\"\nmax_delay = \"1s\"\ncount =");
+    let error = Config::parse(&delayed).expect_err("refused");
+    assert!(error.to_string().contains("count"), "{error}");
+}
+
 /// The statuses of `times` GETs of `/api` with header `name: value`.
 async fn statuses_with(router: &Router, name: &str, value: &str, times: usize) -> Vec<u16> {
     let mut statuses = Vec::new();
