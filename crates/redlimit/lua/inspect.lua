@@ -2,7 +2,7 @@
 -- the cost being what to decide for. Reply: allowed (1/0), remaining and reset (ms) now, retry
 -- (ms), the key's PTTL (ms; -2 when absent), and its state as field, value pairs.
 local key, cost = KEYS[1], tonumber(ARGV[2])
-local decide = algorithm(ARGV[3])
+local decide = algorithm(policy_tag(ARGV[3]))
 local allowed, remaining, reset, retry =
   decide(key, tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), clock(), cost)
 local kind = redis.call('TYPE', key)['ok']

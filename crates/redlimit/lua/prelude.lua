@@ -16,6 +16,7 @@
 local NEVER = -2
 -- Globals read once per script run, not at every use.
 local floor, max, min, match, format = math.floor, math.max, math.min, string.match, string.format
+local byte, sub = string.byte, string.sub
 
 -- Corrupt state is an error, never a decision.
 local function corrupt(key, why)
@@ -68,6 +69,29 @@ local function clock()
     return time[1] * 1000000 + time[2]
   end
   return tonumber(ARGV[1])
+end
+
+-- A policy's tag without its mark, and whether it takes overrides (a tag starting '~').
+local function policy_tag(tag)
+  if byte(tag, 1) == 126 then
+    return sub(tag, 2), true
+  end
+  return tag, false
+end
+
+-- Per-client overrides: the key at okey, when present, holds 'limit,window,burst,key', other
+-- numbers for this client and the key its state lives under with them (in the client's slot).
+-- The counter key and numbers to check by.
+local function overridden(okey, key, limit, window, burst)
+  local stored = redis.call('GET', okey)
+  if not stored then
+    return key, limit, window, burst
+  end
+  local l, w, b, k = match(stored, '^(%d+),(%d+),(%d+),(.+)$')
+  if not k then
+    corrupt(okey, 'is not an override')
+  end
+  return k, tonumber(l), tonumber(w), tonumber(b)
 end
 
 -- Retries counted once: a check with an idempotency key (the key after the policies' in KEYS,

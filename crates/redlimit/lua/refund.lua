@@ -1,6 +1,7 @@
 -- Entry giving back what an admitted reservation took, for a response that should not count.
--- KEYS: one key per policy, as several.lua. ARGV: now (see clock), cost, then four per policy:
--- algorithm tag, limit, window (ms), burst; then the reservation's time in microseconds.
+-- KEYS: one key per policy, then an override key per policy that takes overrides, as
+-- several.lua. ARGV: now (see clock), cost, then four per policy: algorithm tag, limit, window
+-- (ms), burst; then the reservation's time in microseconds.
 -- Each algorithm gives back at most cost, only to the state the reservation counted in (the same
 -- window; for a sliding log, entries stamped with its time), and never below empty.
 -- Reply: { how many policies gave something back }.
@@ -58,12 +59,17 @@ end
 local cost, at_us = tonumber(ARGV[2]), tonumber(ARGV[#ARGV])
 local at = div(at_us, 1000)
 local now_us = clock()
-local refunded = 0
-for i = 1, #KEYS do
+local refunded, overrides = 0, 0
+local policies = div(#ARGV - 3, 4)
+for i = 1, policies do
   local base = 2 + (i - 1) * 4
-  local tag, limit, window, burst =
-    ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
-  local key = KEYS[i]
+  local key, limit, window, burst =
+    KEYS[i], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  local tag, overridable = policy_tag(ARGV[base + 1])
+  if overridable then
+    overrides = overrides + 1
+    key, limit, window, burst = overridden(KEYS[policies + overrides], key, limit, window, burst)
+  end
   if tag == 'fw' or tag == 'fwa' then
     refunded = refunded + refund_window(key, window, at, cost)
   elseif tag == 'swc' then

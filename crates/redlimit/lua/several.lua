@@ -1,35 +1,44 @@
--- Entry for several policies, all under one hash tag. KEYS: one key per policy, then optionally
--- an idempotency key (see seen_before). ARGV: now (see clock), cost (0 peeks), then four per
--- policy: algorithm tag, limit, window (ms), burst; then optionally the idempotency window, then
--- optionally 'r' for a reservation (refund.lua may give it back).
--- Reply: four integers per policy, as one.lua, and for a reservation the time it was taken at
--- (us). Nothing is consumed unless every policy admits; then each one's reply is its quota
--- after the check, otherwise before it.
+-- Entry for several policies, all under one hash tag. KEYS: one key per policy, then one
+-- override key per policy that takes overrides (its tag starts '~'; see overridden), then
+-- optionally an idempotency key (see seen_before). ARGV: now (see clock), cost (0 peeks), then
+-- four per policy: algorithm tag, limit, window (ms), burst; then optionally the idempotency
+-- window, then optionally 'r' for a reservation (refund.lua may give it back).
+-- Reply: four integers per policy, as one.lua; then the limit in force for each policy that
+-- takes overrides; then for a reservation the time it was taken at (us). Nothing is consumed
+-- unless every policy admits; then each one's reply is its quota after the check, otherwise
+-- before it.
 
 local cost = tonumber(ARGV[2])
 local reserve = ARGV[#ARGV] == 'r'
 -- Four arguments a policy; the extras add one or two, which the division drops.
 local policies = div(#ARGV - 2, 4)
-local idem = KEYS[policies + 1]
-if idem then
+local extras = #ARGV - 2 - 4 * policies
+local idem = nil
+if extras == 2 or (extras == 1 and not reserve) then
+  idem = KEYS[#KEYS]
   local seen = seen_before(idem)
   if seen then
     return seen
   end
 end
 local now_us = clock()
-local reply, kept, admitted = {}, {}, true
+local reply, kept, admitted, limits = {}, {}, true, {}
 for i = 1, policies do
   local at = 2 + (i - 1) * 4
-  local limit, window, burst = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
-  local decide, take = algorithm(ARGV[at + 1])
+  local key, limit, window, burst = KEYS[i], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+  local tag, overridable = policy_tag(ARGV[at + 1])
+  if overridable then
+    key, limit, window, burst = overridden(KEYS[policies + #limits + 1], key, limit, window, burst)
+    limits[#limits + 1] = limit
+  end
+  local decide, take = algorithm(tag)
   local allowed, remaining, reset, retry, a, b, c, d =
-    decide(KEYS[i], limit, window, burst, now_us, cost)
+    decide(key, limit, window, burst, now_us, cost)
   reply[#reply + 1] = allowed
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
   reply[#reply + 1] = retry
-  kept[i] = { take, limit, window, burst, a, b, c, d }
+  kept[i] = { take, key, limit, window, burst, a, b, c, d }
   if allowed == 0 then
     admitted = false
   end
@@ -38,8 +47,11 @@ if admitted and cost > 0 then
   for i = 1, policies do
     local k = kept[i]
     reply[4 * i - 2], reply[4 * i - 1] =
-      k[1](KEYS[i], k[2], k[3], k[4], now_us, cost, k[5], k[6], k[7], k[8])
+      k[1](k[2], k[3], k[4], k[5], now_us, cost, k[6], k[7], k[8], k[9])
   end
+end
+for i = 1, #limits do
+  reply[#reply + 1] = limits[i]
 end
 if reserve then
   reply[#reply + 1] = now_us

@@ -153,6 +153,23 @@ impl KeyScheme {
         )
     }
 
+    /// The key holding `client`'s override of `policy` (see `Limiter::set_override`), by the
+    /// policy's name alone: it outlives a change of the policy's numbers. `~` keeps it apart
+    /// from every policy's keys.
+    pub(crate) fn override_key(&self, policy: &Policy, client: &str) -> String {
+        self.named(policy.name(), "~override", client)
+    }
+
+    /// The keys a check of `policies` for `client` reads: one per policy, then the override
+    /// key of each that takes overrides.
+    pub(crate) fn check_keys(&self, policies: &[Policy], client: &str) -> Vec<String> {
+        let mut keys: Vec<String> = policies.iter().map(|p| self.key(p, client)).collect();
+        for policy in policies.iter().filter(|p| p.takes_overrides()) {
+            keys.push(self.override_key(policy, client));
+        }
+        keys
+    }
+
     /// The key remembering the answer to a check of `policies` by `client` with request `id`:
     /// in the client's slot, named by a hash of the id and the policies, so one id never
     /// answers for another set of policies. `~` keeps it apart from every policy's keys.

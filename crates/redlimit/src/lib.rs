@@ -118,6 +118,7 @@ mod inspection;
 mod key;
 mod key_table;
 mod limiter;
+mod overrides;
 mod policy;
 mod redact;
 mod timestamp;
@@ -135,6 +136,7 @@ pub use self::{
     inspection::{Inspection, Scan},
     key::KeyScheme,
     limiter::Limiter,
+    overrides::Override,
     policy::{Algorithm, Policy, PolicyBuilder},
     redact::redacted_url,
     timestamp::Timestamp,

@@ -1,7 +1,8 @@
 use std::time::Duration;
 
 use crate::{
-    Backend, ConfigError, Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Timestamp,
+    Backend, ConfigError, Decision, Decisions, Error, ErrorKind, KeyScheme, Override, Policy,
+    Timestamp,
     backend::{Extras, Once, Started},
 };
 
@@ -262,6 +263,65 @@ impl Limiter {
         Ok(refunded > 0)
     }
 
+    /// Checks `client` of `policy` by other numbers until `ttl` from now, for every instance
+    /// on this backend at once: stored in Redis (in the client's slot) and read by each check
+    /// in the same script call, or in this process for the memory backend. The client is then
+    /// counted under keys of its own (see [`Override`]); its state under the policy's numbers is
+    /// there again when the override ends or is [cleared](Self::clear_override).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Override, Policy};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let limiter = Limiter::new(MemoryBackend::default());
+    /// let api = Policy::builder("api", Algorithm::Gcra)
+    ///     .limit(10)
+    ///     .window(Duration::from_secs(60))
+    ///     .overrides(true)
+    ///     .build()?;
+    /// let day = Duration::from_secs(86_400);
+    /// limiter.set_override(&api, "partner", Override::default().limit(1_000), day).await?;
+    /// assert_eq!(limiter.check(&api, "partner", 1).await?.limit, 1_000);
+    /// assert_eq!(limiter.check(&api, "anyone", 1).await?.limit, 10);
+    /// assert!(limiter.clear_override(&api, "partner").await?);
+    /// assert_eq!(limiter.check(&api, "partner", 1).await?.limit, 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a policy that does not
+    /// [take overrides](crate::PolicyBuilder::overrides) or numbers it cannot take (the message
+    /// names the field); else as [`check`](Self::check).
+    pub async fn set_override(
+        &self,
+        policy: &Policy,
+        client: &str,
+        numbers: Override,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        takes_overrides(policy)?;
+        let overridden = policy
+            .overridden(&numbers)
+            .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("override: {e}")))?;
+        self.backend
+            .set_override(&self.keys, (policy, client), overridden, ttl)
+            .await
+    }
+
+    /// Ends `client`'s override of `policy`: it is checked by the policy's own numbers again.
+    /// Whether an override was in force.
+    ///
+    /// # Errors
+    /// As [`set_override`](Self::set_override).
+    pub async fn clear_override(&self, policy: &Policy, client: &str) -> Result<bool, Error> {
+        takes_overrides(policy)?;
+        self.backend
+            .clear_override(&self.keys, policy, client)
+            .await
+    }
+
     async fn one(
         &self,
         policy: &Policy,
@@ -327,6 +387,19 @@ fn validate(policies: &[Policy]) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+fn takes_overrides(policy: &Policy) -> Result<(), Error> {
+    if policy.takes_overrides() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::InvalidInput,
+        format!(
+            "policy {:?} does not take overrides (see PolicyBuilder::overrides)",
+            policy.name()
+        ),
+    ))
 }
 
 /// A valid check that a refund can give back: no policy in delay mode (whose slot a later

@@ -1,6 +1,9 @@
 use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
-use crate::config_error::{ConfigError, validate_name};
+use crate::{
+    Override,
+    config_error::{ConfigError, validate_name},
+};
 
 /// Largest integer every script computes with: Lua numbers are doubles, exact up to 2^53.
 pub(crate) const MAX_EXACT: u64 = 1 << 53;
@@ -143,6 +146,8 @@ struct PolicyInner {
     script_args: Box<[String]>,
     /// Delay mode (GCRA only): the longest a request may wait for its slot; 0 rejects instead.
     max_delay_ms: u64,
+    /// Whether checks read a per-client override (see `Limiter::set_override`).
+    overridable: bool,
 }
 
 impl Policy {
@@ -155,6 +160,7 @@ impl Policy {
             window: None,
             burst: None,
             max_delay: None,
+            overridable: false,
         }
     }
 
@@ -188,6 +194,34 @@ impl Policy {
     /// denied; see [`PolicyBuilder::max_delay`].
     pub fn max_delay(&self) -> Option<Duration> {
         (self.inner.max_delay_ms > 0).then(|| Duration::from_millis(self.inner.max_delay_ms))
+    }
+
+    /// Whether checks of this policy read a per-client override; see
+    /// [`PolicyBuilder::overrides`].
+    pub fn takes_overrides(&self) -> bool {
+        self.inner.overridable
+    }
+
+    /// The policy a client with override `numbers` is checked by: this one's name and
+    /// algorithm, the override's numbers (what it leaves out, this policy's; a burst it leaves
+    /// out follows its limit), and keys of its own.
+    pub(crate) fn overridden(&self, numbers: &Override) -> Result<Self, ConfigError> {
+        let limit = numbers.limit.unwrap_or(self.inner.limit);
+        let mut builder = Self::builder(self.name(), self.algorithm())
+            .limit(limit)
+            .window(numbers.window.unwrap_or_else(|| self.window()));
+        if self.algorithm().has_burst() {
+            let burst = match (numbers.burst, numbers.limit) {
+                (Some(burst), _) => burst,
+                (None, Some(limit)) => limit,
+                (None, None) => self.burst(),
+            };
+            builder = builder.burst(burst);
+        } else if let Some(burst) = numbers.burst {
+            // Refused by `build`, naming the field.
+            builder = builder.burst(burst);
+        }
+        builder.build()
     }
 
     pub(crate) fn max_delay_ms(&self) -> u64 {
@@ -237,9 +271,21 @@ pub struct PolicyBuilder {
     window: Option<Duration>,
     burst: Option<u64>,
     max_delay: Option<Duration>,
+    overridable: bool,
 }
 
 impl PolicyBuilder {
+    /// Whether checks read a per-client override, set at run time for every instance by
+    /// [`Limiter::set_override`](crate::Limiter::set_override): in the same script call (the
+    /// one for several policies), one `GET` more per check. A
+    /// [`GuardedLimiter`](crate::GuardedLimiter) with such a policy keeps no local block cache
+    /// unless given one, so an override takes effect at every instance's next request.
+    /// Defaults to `false`, which reads nothing. Not with [`max_delay`](Self::max_delay).
+    pub fn overrides(mut self, overridable: bool) -> Self {
+        self.overridable = overridable;
+        self
+    }
+
     /// Requests of cost 1 allowed per window. Required; at most 10,000 for the sliding log, and
     /// for the others as large as exact integer arithmetic allows (`build` names the bound).
     pub fn limit(mut self, limit: u64) -> Self {
@@ -363,8 +409,20 @@ impl PolicyBuilder {
                 ms => ms,
             },
         };
+        if self.overridable && max_delay_ms > 0 {
+            return Err(ConfigError::Conflict {
+                field: "overrides",
+                with: "max_delay",
+            });
+        }
+        // A tag starting `~` tells the script to read the policy's override key.
+        let tag = if self.overridable {
+            format!("~{}", algorithm.tag())
+        } else {
+            algorithm.tag().to_owned()
+        };
         let mut script_args = vec![
-            algorithm.tag().to_owned(),
+            tag,
             limit.to_string(),
             window_ms.to_string(),
             burst.to_string(),
@@ -385,6 +443,7 @@ impl PolicyBuilder {
                 burst,
                 key_suffix,
                 max_delay_ms,
+                overridable: self.overridable,
             }),
         })
     }

@@ -148,3 +148,44 @@ async fn a_killed_primary_is_replaced_and_no_check_hangs() {
     assert!(share >= 0.9, "{redis} of {all} decided by Redis");
     drop(cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_and_refunds_on_the_cluster() {
+    let cluster = RedisCluster::start();
+    let limiter = limiter(&cluster);
+    let p = [redlimit::Policy::builder("api", Algorithm::FixedWindow)
+        .limit(1)
+        .window(Duration::from_secs(3_600))
+        .overrides(true)
+        .build()
+        .expect("a policy")];
+    for client in ["a", "b", "c", "d"] {
+        limiter
+            .set_override(
+                &p[0],
+                client,
+                redlimit::Override::default().limit(3),
+                Duration::from_secs(600),
+            )
+            .await
+            .expect("set");
+        let mut passed = 0;
+        for i in 0..4 {
+            let d = limiter
+                .check_all_at(&p, client, 1, at_ms(T0 + i))
+                .await
+                .expect("check");
+            assert_eq!(d[0].limit, 3, "{client}");
+            passed += u32::from(d.allowed());
+        }
+        assert_eq!(
+            passed, 3,
+            "{client}: the override's limit, its key in the client's slot"
+        );
+    }
+    let reserved = limiter
+        .reserve_at(&p, "e", 1, Some(at_ms(T0)))
+        .await
+        .expect("reserve");
+    assert!(limiter.refund(&p, &reserved, 1).await.expect("refund"));
+}

@@ -18,6 +18,7 @@ mod multi_policy;
 mod observability;
 mod once;
 mod oom;
+mod overrides;
 mod parity;
 mod pitfalls;
 mod refund;

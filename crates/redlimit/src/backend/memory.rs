@@ -12,6 +12,7 @@ use crate::{
 
 use super::{
     leases::Leases,
+    overrides::Overrides,
     recent::Recent,
     script::{Answer, Inspected},
 };
@@ -43,6 +44,7 @@ pub struct MemoryBackend {
     ids: Arc<ClientIds>,
     leases: Arc<Leases>,
     recent: Arc<Recent>,
+    overrides: Arc<Overrides>,
 }
 
 /// A key's identity: the client's id mixed with the policy's. Keys are not stored: a lookup
@@ -111,12 +113,18 @@ impl MemoryBackend {
             ids: Arc::default(),
             leases: Arc::new(Leases::new(max_keys)),
             recent: Arc::new(Recent::new(max_keys)),
+            overrides: Arc::new(Overrides::new(max_keys)),
         }
     }
 
     /// The first answers of requests with an id.
     pub(crate) fn recent(&self) -> &Recent {
         &self.recent
+    }
+
+    /// The per-client overrides.
+    pub(crate) fn overrides(&self) -> &Overrides {
+        &self.overrides
     }
 
     /// The concurrency leases.

@@ -3,6 +3,7 @@
 mod connection;
 pub(crate) mod leases;
 mod memory;
+mod overrides;
 mod recent;
 mod redis;
 pub(crate) mod script;
@@ -125,6 +126,9 @@ impl Backend {
             Self::Memory(memory) => {
                 let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
                 let policies = policies.as_slice();
+                // A client with an override is checked by the policies it names.
+                let overridden = memory.overrides().resolve(keys, policies, client, now_us);
+                let policies = overridden.as_deref().unwrap_or(policies);
                 let Some(once) = &extras.once else {
                     let decisions = memory.check(keys, client, policies, cost, now_us, |p, a| {
                         decision(p, a, Reason::Memory)
@@ -146,11 +150,7 @@ impl Backend {
             }
             Self::Redis(redis) => {
                 let redis = redis.clone();
-                let mut names: Vec<String> = policies
-                    .as_slice()
-                    .iter()
-                    .map(|p| keys.key(p, client))
-                    .collect();
+                let mut names = keys.check_keys(policies.as_slice(), client);
                 let mut extra = Vec::new();
                 if let Some(once) = &extras.once {
                     names.push(keys.once(policies.as_slice(), client, &once.id));
@@ -178,14 +178,21 @@ impl Backend {
                         now_us: now.map(Timestamp::as_micros),
                         extra: &extra,
                     };
-                    let (answers, taken_at_us) = redis.check(call).await?;
+                    let reply = redis.check(call).await?;
+                    let mut limits = reply.limits.into_iter();
                     let decisions = policies
                         .iter()
-                        .zip(answers)
-                        .map(|(policy, answer)| decision(policy, answer, Reason::Redis))
+                        .zip(reply.answers)
+                        .map(|(policy, answer)| {
+                            let mut decision = decision(policy, answer, Reason::Redis);
+                            if policy.takes_overrides() {
+                                decision.limit = limits.next().unwrap_or(decision.limit);
+                            }
+                            decision
+                        })
                         .collect();
                     let decisions = Decisions::new(decisions);
-                    Ok(reserve.stamp(decisions, taken_at_us, &client, cost))
+                    Ok(reserve.stamp(decisions, reply.taken_at_us, &client, cost))
                 }))
             }
         }
@@ -205,10 +212,12 @@ impl Backend {
         match self {
             Self::Memory(memory) => {
                 let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
+                let overridden = memory.overrides().resolve(keys, policies, client, now_us);
+                let policies = overridden.as_deref().unwrap_or(policies);
                 Ok(memory.refund(keys, client, policies, cost, taken_at_us, now_us))
             }
             Self::Redis(redis) => {
-                let names: Vec<String> = policies.iter().map(|p| keys.key(p, client)).collect();
+                let names = keys.check_keys(policies, client);
                 let at = [taken_at_us.to_string()];
                 let call = Invocation {
                     policies,
@@ -220,6 +229,58 @@ impl Backend {
                 let reply = redis.script(call, |scripts| &scripts.refund).await?;
                 Ok(reply.first().map_or(0, |&n| u64::try_from(n).unwrap_or(0)))
             }
+        }
+    }
+}
+
+impl Backend {
+    /// Checks `client` of `policy` by `overridden` (the policy with the override's numbers)
+    /// until `ttl` from now, for every instance.
+    pub(crate) async fn set_override(
+        &self,
+        keys: &KeyScheme,
+        (policy, client): (&Policy, &str),
+        overridden: Policy,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        let key = keys.override_key(policy, client);
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        match self {
+            Self::Memory(memory) => {
+                let now_us = Timestamp::now().as_micros();
+                let expires_at_us = now_us.saturating_add(ttl_ms.saturating_mul(1000));
+                memory
+                    .overrides()
+                    .set(key, overridden, now_us, expires_at_us)
+            }
+            Self::Redis(redis) => {
+                let value = format!(
+                    "{},{},{},{}",
+                    overridden.limit(),
+                    overridden.window_ms(),
+                    overridden.burst(),
+                    keys.key(&overridden, client)
+                );
+                redis
+                    .set(Invocation::of_key(policy, &key), &value, ttl_ms)
+                    .await
+            }
+        }
+    }
+
+    /// Ends `client`'s override of `policy`; whether one was in force.
+    pub(crate) async fn clear_override(
+        &self,
+        keys: &KeyScheme,
+        policy: &Policy,
+        client: &str,
+    ) -> Result<bool, Error> {
+        let key = keys.override_key(policy, client);
+        match self {
+            Self::Memory(memory) => {
+                Ok(memory.overrides().clear(&key, Timestamp::now().as_micros()))
+            }
+            Self::Redis(redis) => redis.delete(Invocation::of_key(policy, &key)).await,
         }
     }
 }

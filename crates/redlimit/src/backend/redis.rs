@@ -20,7 +20,7 @@ use deadpool_redis::{
 
 use super::{
     connection::{Conn, Held, Pools},
-    script::{self, Answer, Inspected, Invocation, Script, Scripts},
+    script::{self, Inspected, Invocation, Script, Scripts},
 };
 use crate::{ConfigError, Error, ErrorKind, redacted_url};
 
@@ -185,10 +185,7 @@ impl RedisBackend {
     }
 
     /// Runs the check `call`: each policy's answer, and for a reservation the time it took.
-    pub(crate) async fn check(
-        &self,
-        call: Invocation<'_>,
-    ) -> Result<(Vec<Answer>, Option<u64>), Error> {
+    pub(crate) async fn check(&self, call: Invocation<'_>) -> Result<script::Reply, Error> {
         let inner = &self.inner;
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
@@ -277,6 +274,18 @@ impl RedisBackend {
             })
             .await?;
         script::parse_inspected(reply)
+    }
+
+    /// Sets `call`'s one key to `value` for `ttl_ms`.
+    pub(crate) async fn set(
+        &self,
+        call: Invocation<'_>,
+        value: &str,
+        ttl_ms: u64,
+    ) -> Result<(), Error> {
+        let mut set = deadpool_redis::redis::cmd("SET");
+        set.arg(call.keys).arg(value).arg("PX").arg(ttl_ms);
+        self.query(&call, &set).await
     }
 
     /// Runs a script that is not a check (a lease's acquire or renew, a refund) within the

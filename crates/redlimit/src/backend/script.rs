@@ -179,7 +179,7 @@ impl Scripts {
     /// The script for the check `call`: the lean one for a single policy, unless it is a
     /// reservation.
     pub(crate) fn of(&self, call: &Invocation<'_>) -> &Script {
-        if call.is_reservation() {
+        if call.is_reservation() || call.policies.iter().any(Policy::takes_overrides) {
             return &self.several;
         }
         match call.policies {
@@ -309,17 +309,33 @@ pub(crate) fn parse_inspected(
     })
 }
 
-/// Reads a check's reply: four integers per policy, then for a reservation the time it was
-/// taken at.
-pub(crate) fn parse_check(
-    reply: &[i64],
-    call: &Invocation<'_>,
-) -> Result<(Vec<Answer>, Option<u64>), Error> {
-    let (answers, taken_at) = match reply.split_last() {
-        Some((&at, answers)) if call.is_reservation() => (answers, u64::try_from(at).ok()),
+/// A check's reply, read.
+pub(crate) struct Reply {
+    /// One per policy.
+    pub(crate) answers: Vec<Answer>,
+    /// The limit in force for each policy that takes overrides, in order.
+    pub(crate) limits: Vec<u64>,
+    /// A reservation's time.
+    pub(crate) taken_at_us: Option<u64>,
+}
+
+/// Reads a check's reply: four integers per policy, then the limit in force of each policy
+/// that takes overrides, then for a reservation the time it was taken at.
+pub(crate) fn parse_check(reply: &[i64], call: &Invocation<'_>) -> Result<Reply, Error> {
+    let (reply, taken_at_us) = match reply.split_last() {
+        Some((&at, rest)) if call.is_reservation() => (rest, u64::try_from(at).ok()),
         _ => (reply, None),
     };
-    Ok((parse(answers, call.policies.len())?, taken_at))
+    let overridable = call.policies.iter().filter(|p| p.takes_overrides()).count();
+    let (answers, limits) = reply.split_at(reply.len().saturating_sub(overridable));
+    Ok(Reply {
+        answers: parse(answers, call.policies.len())?,
+        limits: limits
+            .iter()
+            .map(|&l| u64::try_from(l).unwrap_or(0))
+            .collect(),
+        taken_at_us,
+    })
 }
 
 /// Reads the script's reply: four integers per policy.

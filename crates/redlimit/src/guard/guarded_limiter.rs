@@ -147,7 +147,10 @@ impl GuardedLimiter {
         }
         let capacity = policies.iter().map(Policy::capacity).min().unwrap_or(0);
         let remote = limiter.backend().is_remote();
-        let blocks = remote.then(|| Arc::new(BlockCache::default()));
+        // A local block would outlast an override that lifts it: overridable policies get none
+        // by default, so an override takes effect at every instance's next request.
+        let overridable = policies.iter().any(Policy::takes_overrides);
+        let blocks = (remote && !overridable).then(|| Arc::new(BlockCache::default()));
         let metrics = Arc::new(Metrics::new(&policies, remote, DEFAULT_NEAR_SHARE));
         let breakers = breakers(&limiter, &CircuitBreaker::default(), &metrics);
         let waiters = Arc::new(waiters(&metrics, DEFAULT_MAX_WAITING));

@@ -1,0 +1,195 @@
+//! Per-client overrides: other numbers for one client, set at run time, read by every instance
+//! in the check's own script call; on Redis and in memory alike.
+
+use std::time::Duration;
+
+use redlimit::{Algorithm, ConfigError, ErrorKind, Limiter, Override, Policy};
+use redlimit_tests::{RedisServer, command_calls, commands_sent};
+
+use crate::support::{T0, at_ms, both_backends};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn overridable(algorithm: Algorithm, limit: u64) -> Policy {
+    Policy::builder(algorithm.name(), algorithm)
+        .limit(limit)
+        .window(Duration::from_secs(3_600))
+        .overrides(true)
+        .build()
+        .expect("a policy")
+}
+
+/// How many of `n` checks at T0 + 1000 + i pass, and the limit they report.
+async fn admitted(limiter: &Limiter, p: &Policy, client: &str, from: u64, n: u64) -> (u64, u64) {
+    let mut passed = 0;
+    let mut limit = 0;
+    for i in 0..n {
+        let d = limiter
+            .check_at(p, client, 1, at_ms(T0 + from + i))
+            .await
+            .expect("check");
+        passed += u64::from(d.allowed);
+        limit = d.limit;
+    }
+    (passed, limit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_changes_one_clients_numbers_until_cleared() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        for algorithm in Algorithm::ALL {
+            let p = overridable(algorithm, 2);
+            let name = format!("{backend} {}", algorithm.name());
+            assert_eq!(admitted(&limiter, &p, "c", 0, 3).await, (2, 2), "{name}");
+            limiter
+                .set_override(&p, "c", Override::default().limit(5), DAY)
+                .await
+                .expect("set");
+            assert_eq!(
+                admitted(&limiter, &p, "c", 10, 6).await,
+                (5, 5),
+                "{name}: the override's numbers, counted afresh"
+            );
+            assert_eq!(
+                admitted(&limiter, &p, "other", 20, 3).await,
+                (2, 2),
+                "{name}: other clients keep the policy"
+            );
+            assert!(
+                limiter.clear_override(&p, "c").await.expect("clear"),
+                "{name}"
+            );
+            assert!(
+                !limiter.clear_override(&p, "c").await.expect("clear"),
+                "{name}"
+            );
+            assert_eq!(
+                admitted(&limiter, &p, "c", 30, 1).await,
+                (0, 2),
+                "{name}: back on the policy's numbers and state"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_instance_sees_an_override_at_once_in_one_command_per_check() {
+    let server = RedisServer::start();
+    // Two instances: separate backends, separate connections.
+    let (one, two) = (server.limiter(), server.limiter());
+    let p = [
+        overridable(Algorithm::Gcra, 1),
+        Policy::builder("daily", Algorithm::FixedWindow)
+            .limit(1_000)
+            .window(DAY)
+            .build()
+            .expect("a policy"),
+    ];
+    for limiter in [&one, &two] {
+        let d = limiter
+            .check_all_at(&p, "k1", 1, at_ms(T0))
+            .await
+            .expect("check");
+        assert_eq!(d[0].limit, 1);
+    }
+    one.set_override(&p[0], "k1", Override::default().limit(3).burst(3), DAY)
+        .await
+        .expect("set");
+    let before = command_calls(&mut server.connection());
+    let mut passed = 0;
+    for (i, limiter) in [&two, &one, &two, &one].into_iter().enumerate() {
+        let d = limiter
+            .check_all_at(&p, "k1", 1, at_ms(T0 + 1 + i as u64))
+            .await
+            .expect("check");
+        assert_eq!(d[0].limit, 3, "instance {i} reads the override");
+        passed += u64::from(d.allowed());
+    }
+    let sent = commands_sent(&before, &command_calls(&mut server.connection()));
+    assert_eq!(passed, 3, "the override's 3, then denied");
+    assert_eq!(sent.commands, 4, "one command per check");
+    two.clear_override(&p[0], "k1").await.expect("clear");
+    let d = one
+        .check_all_at(&p, "k1", 1, at_ms(T0 + 10))
+        .await
+        .expect("check");
+    assert_eq!(
+        (d[0].limit, d.allowed()),
+        (1, false),
+        "cleared for every instance"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_work_with_request_ids_and_refunds() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let p = [overridable(Algorithm::SlidingWindowLog, 1)];
+        limiter
+            .set_override(&p[0], "c", Override::default().limit(4), DAY)
+            .await
+            .expect("set");
+        for _ in 0..3 {
+            let d = limiter
+                .check_once(&p, "c", 1, "req-1", DAY)
+                .await
+                .expect("check");
+            assert_eq!((d[0].limit, d[0].remaining), (4, 3), "{backend}");
+        }
+        let reserved = limiter.reserve(&p, "c", 1).await.expect("reserve");
+        assert_eq!(reserved[0].remaining, 2, "{backend}");
+        assert!(
+            limiter.refund(&p, &reserved, 1).await.expect("refund"),
+            "{backend}: the refund finds the override's key"
+        );
+        let peek = limiter.check(&p[0], "c", 0).await.expect("peek");
+        assert_eq!(peek.remaining, 3, "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_overrides_are_refused_naming_the_field() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let plain = Policy::builder("plain", Algorithm::Gcra)
+            .limit(1)
+            .window(Duration::from_secs(1))
+            .build()
+            .expect("a policy");
+        let error = limiter
+            .set_override(&plain, "c", Override::default().limit(5), DAY)
+            .await
+            .expect_err("not overridable");
+        assert_eq!(error.kind(), ErrorKind::InvalidInput, "{backend}");
+        assert!(
+            error.to_string().contains("overrides"),
+            "{backend}: {error}"
+        );
+        let window = overridable(Algorithm::FixedWindow, 1);
+        for (numbers, field) in [
+            (Override::default().burst(5), "burst"),
+            (Override::default().limit(0), "limit"),
+            (Override::default().window(Duration::ZERO), "window"),
+        ] {
+            let error = limiter
+                .set_override(&window, "c", numbers, DAY)
+                .await
+                .expect_err("refused");
+            assert!(error.to_string().contains(field), "{backend}: {error}");
+        }
+    }
+    let delayed = Policy::builder("delayed", Algorithm::Gcra)
+        .limit(1)
+        .window(Duration::from_secs(1))
+        .max_delay(Duration::from_secs(1))
+        .overrides(true)
+        .build();
+    assert!(matches!(
+        delayed,
+        Err(ConfigError::Conflict {
+            field: "overrides",
+            ..
+        })
+    ));
+}
