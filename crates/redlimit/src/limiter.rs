@@ -293,7 +293,7 @@ impl Limiter {
     /// # Errors
     /// [`ErrorKind::InvalidInput`] for a policy that does not
     /// [take overrides](crate::PolicyBuilder::overrides) or numbers it cannot take (the message
-    /// names the field); else as [`check`](Self::check).
+    /// names the field) or a zero `ttl`; else as [`check`](Self::check).
     pub async fn set_override(
         &self,
         policy: &Policy,
@@ -302,6 +302,12 @@ impl Limiter {
         ttl: Duration,
     ) -> Result<(), Error> {
         takes_overrides(policy)?;
+        if ttl.is_zero() {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "override: ttl must be more than zero",
+            ));
+        }
         let overridden = policy
             .overridden(&numbers)
             .map_err(|e| Error::new(ErrorKind::InvalidInput, format!("override: {e}")))?;

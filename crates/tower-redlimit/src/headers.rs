@@ -59,20 +59,32 @@ pub(crate) fn seconds_up(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The `RateLimit-Policy` value of `policies` and a concurrency limit, which never changes:
-/// `"name";q=100;w=60, "in-flight";q=5;qu="concurrent-requests"`.
+/// The `RateLimit-Policy` value of `policies` and a concurrency limit, the same on every
+/// response: `"name";q=100;w=60, "in-flight";q=5;qu="concurrent-requests"`.
 pub(crate) fn policy_value(
     policies: &[Policy],
     concurrency: Option<&ConcurrencyPolicy>,
 ) -> HeaderValue {
+    policy_value_of(policies, concurrency, None)
+}
+
+/// The `RateLimit-Policy` value for a client whose `decisions` report other limits than
+/// `policies` (a per-client override).
+pub(crate) fn policy_value_of(
+    policies: &[Policy],
+    concurrency: Option<&ConcurrencyPolicy>,
+    decisions: Option<&Decisions>,
+) -> HeaderValue {
     let mut value = String::new();
-    for p in policies {
+    for (i, p) in policies.iter().enumerate() {
         let separator = if value.is_empty() { "" } else { ", " };
+        let limit = decisions
+            .and_then(|d| d.get(i))
+            .map_or(p.limit(), |d| d.limit);
         let _ = write!(
             value,
-            "{separator}\"{}\";q={};w={}",
+            "{separator}\"{}\";q={limit};w={}",
             p.name(),
-            p.limit(),
             seconds_up(p.window())
         );
     }

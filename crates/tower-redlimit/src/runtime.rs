@@ -10,7 +10,7 @@ use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
 use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
     future::{Admission, Refund},
-    headers::{self, policy_value, seconds_up},
+    headers::{self, policy_value, policy_value_of, seconds_up},
     response::{Rejected, default_response},
 };
 
@@ -260,6 +260,16 @@ impl Runtime {
     /// Adds the rate-limit headers of `decisions` that `response` does not already have: a
     /// response the service (or a custom rejection) wrote its own into keeps them.
     pub(crate) fn add_headers(&self, response: &mut HeaderMap, decisions: &Decisions) {
+        let policies = self.guard.policies();
+        // A client with an override sees its own limits.
+        if decisions
+            .iter()
+            .zip(policies)
+            .any(|(d, p)| d.limit != p.limit())
+        {
+            let value = policy_value_of(policies, self.concurrency.as_ref(), Some(decisions));
+            return headers::add(response, self.headers, &value, decisions);
+        }
         headers::add(response, self.headers, &self.policy_header, decisions);
     }
 }

@@ -237,6 +237,10 @@ pub struct Route {
     /// above; each request reserves its slot, and a success gives it back).
     #[serde(default)]
     pub count: Count,
+    /// Whether clients of this route can be given other numbers at run time (`redlimit
+    /// override`), read by each check in its own script call. Defaults to `false`.
+    #[serde(default)]
+    pub overrides: bool,
 }
 
 /// The `count` setting of a route.
@@ -582,7 +586,8 @@ impl Route {
         let name = self.name.clone().unwrap_or_else(|| policy_name(&self.path));
         let mut builder = Policy::builder(name, self.algorithm)
             .limit(self.limit)
-            .window(self.window);
+            .window(self.window)
+            .overrides(self.overrides);
         if let Some(burst) = self.burst {
             builder = builder.burst(burst);
         }
@@ -610,7 +615,8 @@ impl Route {
         let name = format!("{}.{tier}", self.policy()?.name());
         let mut builder = Policy::builder(name, self.algorithm)
             .limit(limits.limit.unwrap_or(self.limit))
-            .window(limits.window.unwrap_or(self.window));
+            .window(limits.window.unwrap_or(self.window))
+            .overrides(self.overrides);
         if let Some(burst) = limits.burst.or(self.burst) {
             builder = builder.burst(burst);
         }

@@ -599,3 +599,68 @@ async fn two_api_keys_of_different_tiers_get_their_own_tiers_limit() {
         "{pro:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_changes_one_clients_limit_in_both_processes_at_once() {
+    let server = RedisServer::start();
+    let config = format!(
+        "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\noverrides = true\n",
+        server.url()
+    );
+    let demos = [Demo::start(&config).await, Demo::start(&config).await];
+    // Requests alternate between the two processes; the statuses of `n` of them.
+    let statuses = |key: &'static str, n: usize| {
+        let addresses = [demos[0].address, demos[1].address];
+        async move {
+            let mut statuses = Vec::new();
+            for i in 0..n {
+                let response = http_get(addresses[i % 2], "/api", &[("x-api-key", key)]).await;
+                statuses.push(response.status);
+            }
+            statuses
+        }
+    };
+    assert_eq!(statuses("k1", 3).await, [200, 200, 429]);
+    // The operator, as redlimit-cli does: the route's policy on the same Redis.
+    let policy = redlimit::Policy::builder("api", redlimit::Algorithm::FixedWindow)
+        .limit(2)
+        .window(Duration::from_secs(3_600))
+        .overrides(true)
+        .build()
+        .expect("the route's policy");
+    let operator = server.limiter();
+    operator
+        .set_override(
+            &policy,
+            "k1",
+            redlimit::Override::default().limit(5),
+            Duration::from_secs(600),
+        )
+        .await
+        .expect("set");
+    let before = redlimit_tests::command_calls(&mut server.connection());
+    assert_eq!(statuses("k1", 6).await, [200, 200, 200, 200, 200, 429]);
+    let sent = redlimit_tests::commands_sent(
+        &before,
+        &redlimit_tests::command_calls(&mut server.connection()),
+    );
+    assert_eq!(sent.commands, 6, "one Redis command per decision");
+    let limited = http_get(demos[1].address, "/api", &[("x-api-key", "k1")]).await;
+    assert!(
+        limited
+            .header("ratelimit-policy")
+            .is_some_and(|v| v.contains("\"api\";q=5")),
+        "{limited:?}"
+    );
+    assert_eq!(
+        statuses("k2", 3).await,
+        [200, 200, 429],
+        "other keys keep 2"
+    );
+    assert!(operator.clear_override(&policy, "k1").await.expect("clear"));
+    assert_eq!(
+        statuses("k1", 2).await,
+        [429, 429],
+        "back on the route's limit, already used"
+    );
+}

@@ -307,3 +307,63 @@ fn mistakes_exit_2_naming_what_is_wrong() {
     assert!(stderr.starts_with("redlimit: redis:"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "no password: {stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn override_gives_one_client_other_numbers_until_cleared() {
+    let server = RedisServer::start();
+    let (plain, _) = on_server(&server, 5);
+    let text = std::fs::read_to_string(plain.path()).expect("the file") + "overrides = true\n";
+    let file = File::new(&text);
+    let config = Config::parse(&text).expect("a valid file");
+    // Two instances of the app on the same Redis.
+    let one = serve(axum_demo::app(&config).expect("the demo's app")).await;
+    let two = serve(axum_demo::app(&config).expect("the demo's app")).await;
+    let client = ["--config", file.path(), "--route", "/api", "--client", "k1"];
+    let with = |command: &str, more: &[&str]| {
+        let mut args = vec![command];
+        args.extend_from_slice(&client);
+        args.extend_from_slice(more);
+        ok(&args)
+    };
+    let set = with("override", &["--limit", "7", "--ttl", "10m"]);
+    assert_eq!(set, "override: k1 on /api for 10m\n");
+    let mut passed = 0;
+    for i in 0..8 {
+        let response = http_get([one, two][i % 2], "/api", &[("x-api-key", "k1")]).await;
+        passed += u32::from(response.status == 200);
+    }
+    assert_eq!(passed, 7, "both instances count k1 by the override");
+    assert!(with("check", &[]).starts_with("denied: 0 of 7"));
+    assert!(with("clear-override", &[]).contains("back on the route's numbers"));
+    assert!(with("clear-override", &[]).contains("had no override"));
+    assert!(with("check", &[]).starts_with("allowed: 4 of 5"));
+
+    let refused = cli(&[
+        "override",
+        "--config",
+        plain.path(),
+        "--route",
+        "/api",
+        "--client",
+        "k1",
+        "--ttl",
+        "1m",
+    ]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("does not take overrides"), "{stderr}");
+    for (more, says) in [
+        (vec![], "--ttl"),
+        (vec!["--ttl", "0s"], "ttl"),
+        (vec!["--ttl", "soon"], "--ttl"),
+        (vec!["--ttl", "1m", "--burst", "3"], "burst"),
+    ] {
+        let mut args = vec!["override"];
+        args.extend_from_slice(&client);
+        args.extend_from_slice(&more);
+        let output = cli(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

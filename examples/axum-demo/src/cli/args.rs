@@ -15,6 +15,10 @@ pub enum Command {
     Top,
     /// Per route, the distribution of per-client usage and a suggested limit.
     Suggest,
+    /// Give one client of a route other numbers for a while, for every instance.
+    Override,
+    /// End one client's override on a route.
+    ClearOverride,
 }
 
 /// The parsed command line.
@@ -28,7 +32,7 @@ pub struct Args {
 }
 
 /// Flags that take a value, and which commands take them.
-const FLAGS: [&str; 7] = [
+const FLAGS: [&str; 11] = [
     "--config",
     "--route",
     "--client",
@@ -36,6 +40,10 @@ const FLAGS: [&str; 7] = [
     "--count",
     "--scan-calls",
     "--headroom",
+    "--limit",
+    "--window",
+    "--burst",
+    "--ttl",
 ];
 
 impl Args {
@@ -51,6 +59,8 @@ impl Args {
             "check" => Command::Check,
             "top" => Command::Top,
             "suggest" => Command::Suggest,
+            "override" => Command::Override,
+            "clear-override" => Command::ClearOverride,
             other => return Err(format!("unknown command {other:?}")),
         };
         let mut flags = HashMap::new();
@@ -81,9 +91,16 @@ impl Args {
         }
         if matches!(
             args.command,
-            Command::Inspect | Command::Reset | Command::Check
+            Command::Inspect
+                | Command::Reset
+                | Command::Check
+                | Command::Override
+                | Command::ClearOverride
         ) {
             args.require("--client")?;
+        }
+        if args.command == Command::Override {
+            args.require("--ttl")?;
         }
         Ok(args)
     }

@@ -7,7 +7,7 @@ mod distribution;
 
 use std::{fmt::Write as _, time::Duration};
 
-use redlimit::{Inspection, Limiter, Policy, RetryAfter};
+use redlimit::{Inspection, Limiter, Override, Policy, RetryAfter};
 use serde::Serialize;
 
 pub use self::{
@@ -26,6 +26,9 @@ pub const USAGE: &str = "usage:
   redlimit check   --config FILE --route PATH --client KEY [--redis URL]
   redlimit top     --config FILE --route PATH [--count N] [--scan-calls N] [--redis URL]
   redlimit suggest --config FILE [--headroom X] [--scan-calls N] [--json] [--redis URL]
+  redlimit override --config FILE --route PATH --client KEY --ttl DURATION
+                    [--limit N] [--window DURATION] [--burst N] [--redis URL]
+  redlimit clear-override --config FILE --route PATH --client KEY [--redis URL]
 
 FILE is redlimit-demo's TOML; its Redis (redis_url, redis_cluster or redis_sentinel) is used
 unless --redis names a standalone one. KEY is the client as the route keys it (an IP, a header's
@@ -33,7 +36,9 @@ value). inspect consumes nothing; check consumes one request; reset deletes the 
 top lists the clients closest to or over their limit (default 10), found by SCAN (at most
 --scan-calls calls of 1,000 keys per primary, default 1,000; never KEYS). suggest prints, per
 route, the distribution of per-client usage in live keys and p99 x headroom (default 1.5) as a
-suggested limit: advice only, it changes nothing.";
+suggested limit: advice only, it changes nothing. override gives one client of a route with
+overrides = true other numbers (what it leaves out stays the route's) for --ttl, such as 1h,
+read by every instance at its next check; clear-override ends it.";
 
 /// Why the tool stopped: its message and exit status (2: the command line or the file, 1:
 /// Redis).
@@ -113,8 +118,70 @@ pub async fn run(args: &Args) -> Result<String, Failure> {
             ))
         }
         Command::Top => top(args, &policy, &limiter).await,
+        Command::Override => {
+            let numbers = numbers(args)?;
+            let ttl = duration(args, "--ttl")?.unwrap_or_default();
+            limiter
+                .set_override(&policy, client, numbers, ttl)
+                .await
+                .map_err(|e| failed(&e))?;
+            Ok(format!(
+                "override: {client} on {} for {}\n",
+                route.path,
+                humantime::format_duration(ttl)
+            ))
+        }
+        Command::ClearOverride => {
+            let cleared = limiter
+                .clear_override(&policy, client)
+                .await
+                .map_err(|e| failed(&e))?;
+            Ok(if cleared {
+                format!(
+                    "clear-override: {client} on {} is back on the route's numbers\n",
+                    route.path
+                )
+            } else {
+                format!(
+                    "clear-override: {client} had no override on {}\n",
+                    route.path
+                )
+            })
+        }
         Command::Suggest => unreachable!("answered above"),
     }
+}
+
+/// A bad request (status 2) or a failing Redis (status 1).
+fn failed(error: &redlimit::Error) -> Failure {
+    if error.kind() == redlimit::ErrorKind::InvalidInput {
+        return usage(error.to_string());
+    }
+    redis(error)
+}
+
+/// The override's numbers from `--limit`, `--window` and `--burst`.
+fn numbers(args: &Args) -> Result<Override, Failure> {
+    let mut numbers = Override::default();
+    if args.flag("--limit").is_some() {
+        numbers = numbers.limit(args.number("--limit", 0).map_err(usage)?);
+    }
+    if let Some(window) = duration(args, "--window")? {
+        numbers = numbers.window(window);
+    }
+    if args.flag("--burst").is_some() {
+        numbers = numbers.burst(args.number("--burst", 0).map_err(usage)?);
+    }
+    Ok(numbers)
+}
+
+/// The value of `flag` as a duration such as `1h30m`, if given.
+fn duration(args: &Args, flag: &str) -> Result<Option<Duration>, Failure> {
+    args.flag(flag)
+        .map(|value| {
+            humantime::parse_duration(value).map_err(|e| usage(format!("{flag}: {value:?}: {e}")))
+        })
+        .transpose()
 }
 
 /// The file, with `--redis` in place of its store and the tool's budget.
