@@ -1,6 +1,5 @@
 -- Entry giving back what an admitted reservation took, for a response that should not count.
--- KEYS: one key per policy, then an override key per policy that takes overrides, as
--- several.lua. ARGV: now (see clock), cost, then four per policy: algorithm tag, limit, window
+-- KEYS: as several.lua, without the idempotency key. ARGV: now (see clock), cost, then four per policy: algorithm tag, limit, window
 -- (ms), burst; then the reservation's time in microseconds.
 -- Each algorithm gives back at most cost, only to the state the reservation counted in (the same
 -- window; for a sliding log, entries stamped with its time), and never below empty.
@@ -59,16 +58,19 @@ end
 local cost, at_us = tonumber(ARGV[2]), tonumber(ARGV[#ARGV])
 local at = div(at_us, 1000)
 local now_us = clock()
-local refunded, overrides = 0, 0
 local policies = div(#ARGV - 3, 4)
+local refunded, cursor = 0, policies
 for i = 1, policies do
   local base = 2 + (i - 1) * 4
   local key, limit, window, burst =
     KEYS[i], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
-  local tag, overridable = policy_tag(ARGV[base + 1])
+  local tag, overridable, ban = policy_tag(ARGV[base + 1])
   if overridable then
-    overrides = overrides + 1
-    key, limit, window, burst = overridden(KEYS[policies + overrides], key, limit, window, burst)
+    cursor = cursor + 1
+    key, limit, window, burst = overridden(KEYS[cursor], key, limit, window, burst)
+  end
+  if ban then
+    cursor = cursor + 2
   end
   if tag == 'fw' or tag == 'fwa' then
     refunded = refunded + refund_window(key, window, at, cost)

@@ -1,12 +1,13 @@
--- Entry for several policies, all under one hash tag. KEYS: one key per policy, then one
--- override key per policy that takes overrides (its tag starts '~'; see overridden), then
--- optionally an idempotency key (see seen_before). ARGV: now (see clock), cost (0 peeks), then
+-- Entry for several policies, all under one hash tag. KEYS: one key per policy, then for each
+-- policy in order its override key if it takes overrides (see overridden) and its strikes and
+-- ban keys if it bans (see strike), then optionally an idempotency key (see seen_before). ARGV: now (see clock), cost (0 peeks), then
 -- four per policy: algorithm tag, limit, window (ms), burst; then optionally the idempotency
 -- window, then optionally 'r' for a reservation (refund.lua may give it back).
 -- Reply: four integers per policy, as one.lua; then the limit in force for each policy that
 -- takes overrides; then for a reservation the time it was taken at (us). Nothing is consumed
 -- unless every policy admits; then each one's reply is its quota after the check, otherwise
--- before it.
+-- before it. A banned client is denied until its ban ends, and every denial by a policy that
+-- bans counts towards a ban.
 
 local cost = tonumber(ARGV[2])
 local reserve = ARGV[#ARGV] == 'r'
@@ -22,24 +23,45 @@ if extras == 2 or (extras == 1 and not reserve) then
   end
 end
 local now_us = clock()
+local now = div(now_us, 1000)
 local reply, kept, admitted, limits = {}, {}, true, {}
+-- The last of the extra keys taken.
+local cursor = policies
 for i = 1, policies do
   local at = 2 + (i - 1) * 4
   local key, limit, window, burst = KEYS[i], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
-  local tag, overridable = policy_tag(ARGV[at + 1])
+  local tag, overridable, ban = policy_tag(ARGV[at + 1])
   if overridable then
-    key, limit, window, burst = overridden(KEYS[policies + #limits + 1], key, limit, window, burst)
+    cursor = cursor + 1
+    key, limit, window, burst = overridden(KEYS[cursor], key, limit, window, burst)
     limits[#limits + 1] = limit
   end
   local decide, take = algorithm(tag)
-  local allowed, remaining, reset, retry, a, b, c, d =
-    decide(key, limit, window, burst, now_us, cost)
+  local allowed, remaining, reset, retry, a, b, c, d
+  local left, skey, bkey = nil, nil, nil
+  if ban then
+    skey, bkey = KEYS[cursor + 1], KEYS[cursor + 2]
+    cursor = cursor + 2
+    left = banned(bkey, now)
+  end
+  -- A ban's denial replies allowed = 2.
+  if left then
+    allowed, remaining, reset, retry = 2, 0, left, left
+  else
+    allowed, remaining, reset, retry, a, b, c, d = decide(key, limit, window, burst, now_us, cost)
+    if allowed == 0 and ban and retry ~= NEVER then
+      local length = strike(skey, bkey, ban, now)
+      if length then
+        allowed, reset, retry = 2, max(reset, length), length
+      end
+    end
+  end
   reply[#reply + 1] = allowed
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
   reply[#reply + 1] = retry
   kept[i] = { take, key, limit, window, burst, a, b, c, d }
-  if allowed == 0 then
+  if allowed ~= 1 then
     admitted = false
   end
 end

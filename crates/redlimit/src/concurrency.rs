@@ -337,6 +337,7 @@ impl Limiter {
             delay: Duration::ZERO,
             policy: Arc::clone(&inner.name),
             reason,
+            banned: false,
         };
         let lease = acquired.granted.then(|| Lease {
             limiter: self.clone(),

@@ -26,6 +26,9 @@ pub struct Decision {
     pub policy: Arc<str>,
     /// Which path decided.
     pub reason: Reason,
+    /// Denied because the client is banned after repeated denials (see
+    /// [`Ban`](crate::Ban)); `retry_after` is when the ban ends.
+    pub banned: bool,
 }
 
 /// When a denied request could be retried.

@@ -107,6 +107,7 @@ pub use deadpool_redis;
 
 mod algorithm;
 mod backend;
+mod ban;
 mod client_id;
 mod concurrency;
 mod config_error;
@@ -125,6 +126,7 @@ mod timestamp;
 
 pub use self::{
     backend::{Backend, MemoryBackend, MemoryBackendBuilder, RedisBackend, RedisBackendBuilder},
+    ban::Ban,
     concurrency::{ConcurrencyPolicy, ConcurrencyPolicyBuilder, Lease},
     config_error::ConfigError,
     decision::{Decision, Reason, RetryAfter},

@@ -1,7 +1,7 @@
 use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
 use crate::{
-    Override,
+    Ban, Override,
     config_error::{ConfigError, validate_name},
 };
 
@@ -148,6 +148,8 @@ struct PolicyInner {
     max_delay_ms: u64,
     /// Whether checks read a per-client override (see `Limiter::set_override`).
     overridable: bool,
+    /// Denied clients are banned for a while after repeated denials.
+    ban: Option<Ban>,
 }
 
 impl Policy {
@@ -161,6 +163,7 @@ impl Policy {
             burst: None,
             max_delay: None,
             overridable: false,
+            ban: None,
         }
     }
 
@@ -194,6 +197,17 @@ impl Policy {
     /// denied; see [`PolicyBuilder::max_delay`].
     pub fn max_delay(&self) -> Option<Duration> {
         (self.inner.max_delay_ms > 0).then(|| Duration::from_millis(self.inner.max_delay_ms))
+    }
+
+    /// The ban after repeated denials, if any; see [`PolicyBuilder::ban`].
+    pub fn ban(&self) -> Option<&Ban> {
+        self.inner.ban.as_ref()
+    }
+
+    /// Whether checks of this policy go through the script for several policies, which reads
+    /// overrides and bans.
+    pub(crate) fn needs_several(&self) -> bool {
+        self.inner.overridable || self.inner.ban.is_some()
     }
 
     /// Whether checks of this policy read a per-client override; see
@@ -272,9 +286,18 @@ pub struct PolicyBuilder {
     burst: Option<u64>,
     max_delay: Option<Duration>,
     overridable: bool,
+    ban: Option<Ban>,
 }
 
 impl PolicyBuilder {
+    /// Bans a client after repeated denials (see [`Ban`]): decided in the check's own script
+    /// call (the one for several policies), which reads the client's ban and counts its
+    /// denials. Defaults to none. Not with [`max_delay`](Self::max_delay).
+    pub fn ban(mut self, ban: Ban) -> Self {
+        self.ban = Some(ban);
+        self
+    }
+
     /// Whether checks read a per-client override, set at run time for every instance by
     /// [`Limiter::set_override`](crate::Limiter::set_override): in the same script call (the
     /// one for several policies), one `GET` more per check. A
@@ -415,12 +438,23 @@ impl PolicyBuilder {
                 with: "max_delay",
             });
         }
-        // A tag starting `~` tells the script to read the policy's override key.
-        let tag = if self.overridable {
-            format!("~{}", algorithm.tag())
-        } else {
-            algorithm.tag().to_owned()
-        };
+        if self.ban.is_some() && max_delay_ms > 0 {
+            return Err(ConfigError::Conflict {
+                field: "ban",
+                with: "max_delay",
+            });
+        }
+        // Marks tell the script for several policies what else to read: `~` the policy's
+        // override key, `!after,within,for,max!` its ban keys.
+        let mut tag = String::new();
+        if self.overridable {
+            tag.push('~');
+        }
+        if let Some(ban) = &self.ban {
+            let [after, within, length, max] = ban.millis()?;
+            tag.push_str(&format!("!{after},{within},{length},{max}!"));
+        }
+        tag.push_str(algorithm.tag());
         let mut script_args = vec![
             tag,
             limit.to_string(),
@@ -444,6 +478,7 @@ impl PolicyBuilder {
                 key_suffix,
                 max_delay_ms,
                 overridable: self.overridable,
+                ban: self.ban,
             }),
         })
     }

@@ -1,6 +1,7 @@
 //! Every test that needs a real redis-server. One binary, so the suite links once.
 
 mod backwards_time;
+mod bans;
 mod block_cache;
 mod cluster;
 mod concurrency;

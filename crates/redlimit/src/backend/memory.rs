@@ -5,12 +5,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::{
     ConfigError, KeyScheme, Policy,
-    algorithm::{self, Plan, State},
+    algorithm::{self, Denial, Plan, State, View},
     client_id::{ClientId, ClientIds},
     key_table::{Expiring, KeyId, KeyTable},
 };
 
 use super::{
+    bans::Bans,
     leases::Leases,
     overrides::Overrides,
     recent::Recent,
@@ -45,6 +46,7 @@ pub struct MemoryBackend {
     leases: Arc<Leases>,
     recent: Arc<Recent>,
     overrides: Arc<Overrides>,
+    bans: Arc<Bans>,
 }
 
 /// A key's identity: the client's id mixed with the policy's. Keys are not stored: a lookup
@@ -114,6 +116,7 @@ impl MemoryBackend {
             leases: Arc::new(Leases::new(max_keys)),
             recent: Arc::new(Recent::new(max_keys)),
             overrides: Arc::new(Overrides::new(max_keys)),
+            bans: Arc::new(Bans::new(max_keys)),
         }
     }
 
@@ -246,6 +249,67 @@ impl MemoryBackend {
         // Expired is absent: the slot is reused or swept like any other expired key.
         *entry = Entry::default();
         live
+    }
+
+    /// As [`check`](Self::check), for policies of which some ban (see `lua/several.lua`): a
+    /// banned client is denied by that policy until its ban ends, the others only deciding;
+    /// every denial by a policy that bans counts towards a ban, and the one that starts it
+    /// answers the ban's length.
+    pub(crate) fn check_banning(
+        &self,
+        keys: &KeyScheme,
+        client: &str,
+        policies: &[Policy],
+        cost: u64,
+        now_us: u64,
+    ) -> Vec<Answer> {
+        let now = now_us / 1000;
+        let mut bans = self.bans.lock();
+        let ban_keys: Vec<Option<String>> = policies
+            .iter()
+            .map(|p| p.ban().map(|_| keys.ban_key(p, client)))
+            .collect();
+        let banned: Vec<Option<u64>> = ban_keys
+            .iter()
+            .map(|key| key.as_deref().and_then(|key| bans.banned(key, now)))
+            .collect();
+        let mut answers = if banned.iter().any(Option::is_some) {
+            policies
+                .iter()
+                .zip(&banned)
+                .map(|(policy, banned)| match banned {
+                    Some(left) => Answer::banned(
+                        View {
+                            remaining: 0,
+                            reset_ms: *left,
+                        },
+                        *left,
+                    ),
+                    None => self.inspect(keys, client, policy, cost, now_us).answer,
+                })
+                .collect()
+        } else {
+            self.check(keys, client, policies, cost, now_us, |_, answer| answer)
+        };
+        for ((policy, key), answer) in policies.iter().zip(&ban_keys).zip(&mut answers) {
+            let (Some(ban), Some(key)) = (policy.ban(), key) else {
+                continue;
+            };
+            if !matches!(answer.denial, Some(Denial::RetryAfterMs(_)))
+                || bans.banned(key, now).is_some()
+            {
+                continue;
+            }
+            let millis = ban.millis().unwrap_or_default();
+            if let Some(length) = bans.strike(key, millis, now) {
+                let view = View {
+                    reset_ms: answer.view.reset_ms.max(length),
+                    ..answer.view
+                };
+                *answer = Answer::banned(view, length);
+            }
+        }
+        answers
     }
 
     /// Gives back `cost` that `policies` took for `client` at `at_us` (see

@@ -1,5 +1,6 @@
 //! Where state lives, and the one place that tells the backends apart.
 
+mod bans;
 mod connection;
 pub(crate) mod leases;
 mod memory;
@@ -129,17 +130,34 @@ impl Backend {
                 // A client with an override is checked by the policies it names.
                 let overridden = memory.overrides().resolve(keys, policies, client, now_us);
                 let policies = overridden.as_deref().unwrap_or(policies);
-                let Some(once) = &extras.once else {
-                    let decisions = memory.check(keys, client, policies, cost, now_us, |p, a| {
-                        decision(p, a, Reason::Memory)
-                    });
-                    let decisions = Decisions::new(decisions);
-                    return Started::Ready(Ok(extras.stamp(decisions, Some(now_us), client, cost)));
-                };
-                let key = keys.once(policies, client, &once.id);
-                let answers = memory.recent().once(&key, once.window_ms, now_us, || {
+                let bans = policies.iter().any(|p| p.ban().is_some());
+                let answers = || {
+                    if bans {
+                        return memory.check_banning(keys, client, policies, cost, now_us);
+                    }
                     memory.check(keys, client, policies, cost, now_us, |_, answer| answer)
-                });
+                };
+                let answers = match &extras.once {
+                    Some(once) => {
+                        let key = keys.once(policies, client, &once.id);
+                        memory.recent().once(&key, once.window_ms, now_us, answers)
+                    }
+                    None if !bans => {
+                        // The common check: decisions made on the way out, no answers kept.
+                        let decisions =
+                            memory.check(keys, client, policies, cost, now_us, |p, a| {
+                                decision(p, a, Reason::Memory)
+                            });
+                        let decisions = Decisions::new(decisions);
+                        return Started::Ready(Ok(extras.stamp(
+                            decisions,
+                            Some(now_us),
+                            client,
+                            cost,
+                        )));
+                    }
+                    None => answers(),
+                };
                 let decisions = policies
                     .iter()
                     .zip(answers)
@@ -449,5 +467,6 @@ fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
         delay: Duration::from_millis(answer.delay_ms),
         policy: policy.shared_name(),
         reason,
+        banned: answer.banned,
     }
 }

@@ -94,6 +94,8 @@ pub(crate) struct Answer {
     pub(crate) denial: Option<Denial>,
     /// Delay mode: how long an admitted request waits for its slot, in milliseconds.
     pub(crate) delay_ms: u64,
+    /// Denied by a ban.
+    pub(crate) banned: bool,
 }
 
 impl Answer {
@@ -102,6 +104,17 @@ impl Answer {
             view,
             denial: Some(denial),
             delay_ms: 0,
+            banned: false,
+        }
+    }
+
+    /// Denied by a ban that ends in `left_ms`.
+    pub(crate) const fn banned(view: View, left_ms: u64) -> Self {
+        Self {
+            view,
+            denial: Some(Denial::RetryAfterMs(left_ms)),
+            delay_ms: 0,
+            banned: true,
         }
     }
 
@@ -110,6 +123,7 @@ impl Answer {
             view,
             denial: None,
             delay_ms,
+            banned: false,
         }
     }
 }
@@ -179,7 +193,7 @@ impl Scripts {
     /// The script for the check `call`: the lean one for a single policy, unless it is a
     /// reservation.
     pub(crate) fn of(&self, call: &Invocation<'_>) -> &Script {
-        if call.is_reservation() || call.policies.iter().any(Policy::takes_overrides) {
+        if call.is_reservation() || call.policies.iter().any(Policy::needs_several) {
             return &self.several;
         }
         match call.policies {
@@ -364,9 +378,11 @@ pub(crate) fn parse(reply: &[i64], policies: usize) -> Result<Vec<Answer>, Error
                 remaining: unsigned(remaining)?,
                 reset_ms: unsigned(reset_ms)?,
             };
-            // Admitted, retry is -1, or in delay mode the wait for the request's slot.
+            // Admitted, retry is -1, or in delay mode the wait for the request's slot; 2 is a
+            // ban's denial.
             Ok(match (allowed, retry) {
                 (1, wait) => Answer::allowed(view, u64::try_from(wait).unwrap_or(0)),
+                (2, ms) => Answer::banned(view, unsigned(ms)?),
                 (_, -2) => Answer::denied(view, Denial::Never),
                 (_, ms) => Answer::denied(view, Denial::RetryAfterMs(unsigned(ms)?)),
             })

@@ -205,6 +205,7 @@ mod tests {
             delay: Duration::ZERO,
             policy: "p".into(),
             reason: Reason::Redis,
+            banned: false,
         }
     }
 

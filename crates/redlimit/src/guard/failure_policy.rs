@@ -39,6 +39,7 @@ impl Decision {
             delay: Duration::ZERO,
             policy,
             reason: Reason::FailOpen,
+            banned: false,
         }
     }
 
@@ -57,6 +58,7 @@ impl Decision {
             delay: Duration::ZERO,
             policy,
             reason: Reason::FailClosed,
+            banned: false,
         }
     }
 }

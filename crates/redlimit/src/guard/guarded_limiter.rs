@@ -81,6 +81,8 @@ struct Guard {
     policies: Arc<[Policy]>,
     /// The largest cost every policy can grant: a larger one is "never", which the backend says.
     capacity: u64,
+    /// Whether a policy bans: the block cache then keeps bans only.
+    bans: bool,
     failure: FailurePolicy,
     /// One circuit, or on a Cluster one per range of slots, so that a dead primary sends only
     /// its own keys to the failure policy.
@@ -162,6 +164,7 @@ impl GuardedLimiter {
         Ok(Self {
             inner: Arc::new(Guard {
                 limiter,
+                bans: policies.iter().any(|p| p.ban().is_some()),
                 policies,
                 capacity,
                 failure: FailurePolicy::Open,
@@ -486,7 +489,10 @@ impl GuardedLimiter {
         match answer {
             Ok(decisions) => {
                 guard.breaker(client).record(true);
-                if let (Some(blocks), Some((slot, sent_us))) = (&guard.blocks, &block) {
+                // Where policies ban, only a ban is kept locally: every other denial must reach
+                // the backend, which counts it towards a ban.
+                let keep = !guard.bans || decisions.iter().any(|d| d.banned);
+                if let (Some(blocks), Some((slot, sent_us)), true) = (&guard.blocks, &block, keep) {
                     blocks.record(slot, cost, *sent_us, &decisions);
                 }
                 guard.finish(decisions, &span)

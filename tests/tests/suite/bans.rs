@@ -1,0 +1,178 @@
+//! Bans: more than `after` denials within `within` deny a client for a while, on every
+//! instance, doubling on repeats up to a maximum; on Redis and in memory alike.
+
+use std::{sync::Arc, time::Duration};
+
+use redlimit::{
+    Algorithm, Ban, ConfigError, GuardedLimiter, Limiter, Policy, RetryAfter, Timestamp,
+};
+use redlimit_tests::{RedisServer, command_calls, commands_sent, http_get, serve};
+
+use crate::support::{T0, at_ms, both_backends, keyed_app};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn banning(max: Option<Duration>) -> Policy {
+    let ban = Ban::new(3, MINUTE, 10 * MINUTE);
+    let ban = match max {
+        Some(max) => ban.max(max),
+        None => ban,
+    };
+    Policy::builder("login", Algorithm::FixedWindow)
+        .limit(2)
+        .window(MINUTE)
+        .ban(ban)
+        .build()
+        .expect("a policy")
+}
+
+/// The retry of one check at `at` (ms): `None` when allowed.
+async fn retry_at(limiter: &Limiter, p: &Policy, at: u64) -> Option<u64> {
+    let d = limiter.check_at(p, "c", 1, at_ms(at)).await.expect("check");
+    match d.retry_after {
+        None => None,
+        Some(RetryAfter::After(wait)) => Some(u64::try_from(wait.as_millis()).expect("small")),
+        Some(other) => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fourth_denial_bans_for_ten_minutes_and_a_repeat_doubles_it() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let p = banning(Some(24 * 60 * MINUTE));
+        let mut seen = Vec::new();
+        for i in 0..6 {
+            seen.push(retry_at(&limiter, &p, T0 + i * 1_000).await);
+        }
+        assert_eq!(
+            seen,
+            [
+                None,
+                None,
+                Some(58_000),
+                Some(57_000),
+                Some(56_000),
+                Some(600_000)
+            ],
+            "{backend}: two admitted, three denials let go, the fourth bans"
+        );
+        let banned_at = T0 + 5_000;
+        // A new window would admit; the ban does not, and is not counted in it.
+        assert_eq!(
+            retry_at(&limiter, &p, T0 + 61_000).await,
+            Some(banned_at + 600_000 - (T0 + 61_000)),
+            "{backend}"
+        );
+        let during = limiter
+            .check_at(&p, "c", 1, at_ms(T0 + 62_000))
+            .await
+            .expect("check");
+        assert!(during.banned && !during.allowed, "{backend}: {during:?}");
+        let free = banned_at + 600_000;
+        assert_eq!(retry_at(&limiter, &p, free).await, None, "{backend}: over");
+        // A repeat: the next four denials ban for twice as long.
+        let mut second = None;
+        for i in 1..=5 {
+            second = retry_at(&limiter, &p, free + i).await;
+        }
+        assert_eq!(second, Some(1_200_000), "{backend}: doubled");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_max_every_ban_lasts_the_same_and_other_clients_are_not_banned() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let p = banning(None);
+        let mut last = None;
+        for i in 0..6 {
+            last = retry_at(&limiter, &p, T0 + i).await;
+        }
+        assert_eq!(last, Some(600_000), "{backend}");
+        let free = T0 + 5 + 600_000;
+        for i in 0..6 {
+            last = retry_at(&limiter, &p, free + i).await;
+        }
+        assert_eq!(last, Some(600_000), "{backend}: not doubled");
+        let other = limiter
+            .check_at(&p, "other", 1, at_ms(T0 + 10))
+            .await
+            .expect("check");
+        assert!(other.allowed, "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_instance_honours_a_ban_with_retry_after_of_the_ban() {
+    let server = RedisServer::start();
+    let p = banning(None);
+    let clock = || Arc::new(|| Timestamp::from_millis(T0)) as redlimit::Clock;
+    let guard = |limiter: Limiter| {
+        GuardedLimiter::new(limiter, [p.clone()])
+            .expect("a guard")
+            .budget(Duration::from_secs(5))
+            .clock(clock())
+    };
+    // Two instances, each on its own connections, served over HTTP.
+    let one = serve(keyed_app(guard(server.limiter()))).await;
+    let two = serve(keyed_app(guard(server.limiter()))).await;
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(http_get(one, "/", &[("x-key", "k1")]).await.status);
+    }
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429]);
+    let banned = http_get(two, "/", &[("x-key", "k1")]).await;
+    assert_eq!(banned.status, 429, "the other instance honours it");
+    let retry: u64 = banned
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After");
+    assert!(retry >= 599, "Retry-After {retry}");
+    // The block cache keeps the ban: no Redis command for the next requests there.
+    let before = command_calls(&mut server.connection());
+    for _ in 0..5 {
+        assert_eq!(http_get(two, "/", &[("x-key", "k1")]).await.status, 429);
+    }
+    let sent = commands_sent(&before, &command_calls(&mut server.connection()));
+    assert_eq!(sent.commands, 0, "answered by the local block cache");
+    assert_eq!(http_get(two, "/", &[("x-key", "k2")]).await.status, 200);
+}
+
+#[test]
+fn bad_bans_are_refused_naming_the_field() {
+    let build = |ban: Ban| {
+        Policy::builder("p", Algorithm::Gcra)
+            .limit(1)
+            .window(MINUTE)
+            .ban(ban)
+            .build()
+    };
+    assert_eq!(
+        build(Ban::new(3, Duration::ZERO, MINUTE)),
+        Err(ConfigError::Zero {
+            field: "ban.within"
+        })
+    );
+    assert_eq!(
+        build(Ban::new(3, MINUTE, Duration::from_micros(1_500))),
+        Err(ConfigError::NotWholeMillis { field: "ban.for" })
+    );
+    assert!(matches!(
+        build(Ban::new(3, MINUTE, 10 * MINUTE).max(MINUTE)),
+        Err(ConfigError::Conflict {
+            field: "ban.max",
+            ..
+        })
+    ));
+    let delayed = Policy::builder("p", Algorithm::Gcra)
+        .limit(1)
+        .window(MINUTE)
+        .max_delay(Duration::from_secs(1))
+        .ban(Ban::new(3, MINUTE, MINUTE))
+        .build();
+    assert!(matches!(
+        delayed,
+        Err(ConfigError::Conflict { field: "ban", .. })
+    ));
+}
