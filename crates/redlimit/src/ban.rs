@@ -78,7 +78,7 @@ impl Ban {
     /// escalation); or the field at fault.
     pub(crate) fn millis(&self) -> Result<[u64; 4], ConfigError> {
         let ms = |field: &'static str, d: Duration| {
-            if d.subsec_nanos() % 1_000_000 != 0 {
+            if !d.subsec_nanos().is_multiple_of(1_000_000) {
                 return Err(ConfigError::NotWholeMillis { field });
             }
             if d.is_zero() {
