@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, fmt, net::SocketAddr, str::FromStr, time::Duration};
 
-use redlimit::{Algorithm, ConcurrencyPolicy, FailurePolicy, Policy};
+use redlimit::{Algorithm, Ban, ConcurrencyPolicy, FailurePolicy, Policy};
 use serde::{Deserialize, Deserializer, de::Error as _};
 use tower_redlimit::{AccessList, ClientIpHeader, HeaderStyle};
 
@@ -105,6 +105,35 @@ pub struct TierLimits {
     pub window: Option<Duration>,
     /// The burst (token bucket and GCRA).
     pub burst: Option<u64>,
+}
+
+/// A route's `ban` table: more than `after` denials within `within` ban a client for `for`,
+/// doubled on each repeat up to `max` when it is set.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BanTable {
+    /// Denials let go within `within`.
+    pub after: u64,
+    /// The span denials are counted over, such as `"1m"`.
+    #[serde(deserialize_with = "duration")]
+    pub within: Duration,
+    /// How long a ban lasts, such as `"15m"`.
+    #[serde(rename = "for", deserialize_with = "duration")]
+    pub length: Duration,
+    /// The longest a repeated ban lasts, such as `"24h"`; absent: bans do not escalate.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub max: Option<Duration>,
+}
+
+impl BanTable {
+    /// The library's ban.
+    pub fn ban(&self) -> Ban {
+        let ban = Ban::new(self.after, self.within, self.length);
+        match self.max {
+            Some(max) => ban.max(max),
+            None => ban,
+        }
+    }
 }
 
 /// The `redis_sentinel` table.
@@ -241,6 +270,9 @@ pub struct Route {
     /// override`), read by each check in its own script call. Defaults to `false`.
     #[serde(default)]
     pub overrides: bool,
+    /// Bans after repeated denials, such as `{ after = 5, within = "1m", for = "15m", max =
+    /// "24h" }`. Defaults to none.
+    pub ban: Option<BanTable>,
 }
 
 /// The `count` setting of a route.
@@ -588,6 +620,9 @@ impl Route {
             .limit(self.limit)
             .window(self.window)
             .overrides(self.overrides);
+        if let Some(ban) = &self.ban {
+            builder = builder.ban(ban.ban());
+        }
         if let Some(burst) = self.burst {
             builder = builder.burst(burst);
         }
@@ -617,6 +652,9 @@ impl Route {
             .limit(limits.limit.unwrap_or(self.limit))
             .window(limits.window.unwrap_or(self.window))
             .overrides(self.overrides);
+        if let Some(ban) = &self.ban {
+            builder = builder.ban(ban.ban());
+        }
         if let Some(burst) = limits.burst.or(self.burst) {
             builder = builder.burst(burst);
         }
@@ -779,6 +817,18 @@ mod tests {
                 "handler",
             ),
             (one_route("allow = [\"10.0.0.0/33\"]", "/a"), "allow"),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nban = { after = 3, within = \"0s\", for = \"1m\" }"),
+                "ban.within",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nban = { after = 3, within = \"1m\" }"),
+                "for",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nban = { after = 3, within = \"1m\", for = \"1h\", max = \"1m\" }"),
+                "ban.max",
+            ),
             (
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nlimits = { gold = { limit = 5 } }"),
                 "limits: tier \"gold\"",

@@ -664,3 +664,32 @@ async fn an_override_changes_one_clients_limit_in_both_processes_at_once() {
         "back on the route's limit, already used"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_started_in_one_process_is_honoured_by_the_other() {
+    let server = RedisServer::start();
+    let config = format!(
+        "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/login\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nban = {{ after = 3, within = \"1m\", for = \"10m\", max = \"1d\" }}\n",
+        server.url()
+    );
+    let demos = [Demo::start(&config).await, Demo::start(&config).await];
+    let mut statuses = Vec::new();
+    let mut retry = Vec::new();
+    for _ in 0..6 {
+        let response = http_get(demos[0].address, "/login", &[("x-api-key", "k1")]).await;
+        statuses.push(response.status);
+        retry.push(response.header("retry-after").unwrap_or("-").to_owned());
+    }
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429]);
+    let last: u64 = retry[5].parse().expect("a Retry-After");
+    assert!(last >= 599, "the fourth denial bans for 10 minutes: {retry:?}");
+    let other = http_get(demos[1].address, "/login", &[("x-api-key", "k1")]).await;
+    assert_eq!(other.status, 429, "{other:?}");
+    let left: u64 = other
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After");
+    assert!(left >= 590, "the other process sees the ban: {left}");
+    let fresh = http_get(demos[1].address, "/login", &[("x-api-key", "k2")]).await;
+    assert_eq!(fresh.status, 200, "only k1 is banned");
+}
