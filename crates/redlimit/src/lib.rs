@@ -98,8 +98,10 @@
 /// [`Algorithm::script`], with the same `KEYS`, `ARGV` and reply. `KEYS`: one key per policy
 /// (see [`KeyScheme`]); `ARGV`: the time in microseconds or empty for Redis `TIME`, the cost, then
 /// per policy its algorithm tag, limit, window in milliseconds and burst. Reply: four integers
-/// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). For preloading
-/// with `SCRIPT LOAD`, or for measuring against.
+/// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). A policy
+/// that takes overrides or bans marks its tag and adds keys and reply fields (see the comments
+/// at the head of `lua/several.lua`). For preloading with `SCRIPT LOAD`, or for measuring
+/// against.
 pub const SCRIPT: &str = backend::script::SEVERAL;
 
 /// The deadpool-redis this crate is built with, for [`RedisBackend::from_pool`].

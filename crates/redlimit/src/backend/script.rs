@@ -62,6 +62,7 @@ macro_rules! every {
             include_str!("../../lua/token_bucket.lua"),
             include_str!("../../lua/gcra.lua"),
             include_str!("../../lua/dispatch.lua"),
+            include_str!("../../lua/marks.lua"),
             include_str!(concat!("../../lua/", $entry)),
         )
     };
@@ -76,6 +77,7 @@ const INSPECT: &str = every!("inspect.lua");
 /// The Lua source of the script giving back what a reservation took.
 const REFUND: &str = concat!(
     include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/marks.lua"),
     include_str!("../../lua/refund.lua")
 );
 
