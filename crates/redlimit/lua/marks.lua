@@ -1,68 +1,88 @@
 -- What a policy's tag may ask of the scripts that check several policies or refund: overrides
--- and bans. Kept out of the prelude so that the lean script of one policy defines none of it.
+-- and bans. Kept out of the prelude so that the lean script of one policy has none of it, and
+-- built on first use, so that a check of policies without marks creates none of its functions.
 
-local byte, sub = string.byte, string.sub
+local byte = string.byte
+local marks = nil
 
--- A policy's tag without its marks: '~' when it takes overrides (see overridden), then
--- '!after,within,for,max!' when it bans (see banned). The algorithm's tag, whether it takes
--- overrides, and its ban numbers or nil.
-local function policy_tag(tag)
-  local overridable = byte(tag, 1) == 126
-  if overridable then
-    tag = sub(tag, 2)
+local function load_marks()
+  local sub = string.sub
+  local m = {}
+  -- A policy's tag without its marks: '+' when it takes overrides (see overridden), then
+  -- '!after,within,for,max!' when it bans (see banned). The algorithm's tag, whether it takes
+  -- overrides, and its ban numbers or nil.
+  function m.tag(tag)
+    local overridable = byte(tag, 1) == 43
+    if overridable then
+      tag = sub(tag, 2)
+    end
+    if byte(tag, 1) ~= 33 then
+      return tag, overridable, nil
+    end
+    local after, within, length, most, rest = match(tag, '^!(%d+),(%d+),(%d+),(%d+)!(.+)$')
+    return rest, overridable, { tonumber(after), tonumber(within), tonumber(length), tonumber(most) }
   end
-  if byte(tag, 1) ~= 33 then
-    return tag, overridable, nil
-  end
-  local after, within, length, most, rest = match(tag, '^!(%d+),(%d+),(%d+),(%d+)!(.+)$')
-  return rest, overridable, { tonumber(after), tonumber(within), tonumber(length), tonumber(most) }
-end
 
--- Bans: a policy that bans keeps two keys per client, its denials within the last 'within' ms
--- (a string counter, expiring 'within' after the first) and its ban (a hash: u = banned until,
--- in ms; n = bans so far, remembered for 'max' ms after a ban ends when bans escalate).
--- The ms until the client's ban ends, or nil when it is not banned.
-local function banned(bkey, now)
-  local until_ms = int(bkey, redis.call('HGET', bkey, 'u'))
-  if until_ms and until_ms > now then
-    return until_ms - now
-  end
-  return nil
-end
-
--- Counts a denial; when it is more than 'after' within 'within', starts a ban ('for', doubled
--- on each repeat up to 'max' when max > 0) and returns its length in ms.
-local function strike(skey, bkey, ban, now)
-  local after, within, length, most = ban[1], ban[2], ban[3], ban[4]
-  local strikes = redis.call('INCR', skey)
-  if strikes == 1 then
-    redis.call('PEXPIRE', skey, within)
-  end
-  if strikes <= after then
+  -- Bans: a policy that bans keeps two keys per client, its denials within the last 'within' ms
+  -- (a string counter, expiring 'within' after the first) and its ban (a hash: u = banned until,
+  -- in ms; n = bans so far, remembered for 'max' ms after a ban ends when bans escalate).
+  -- The ms until the client's ban ends, or nil when it is not banned.
+  function m.banned(bkey, now)
+    local until_ms = int(bkey, redis.call('HGET', bkey, 'u'))
+    if until_ms and until_ms > now then
+      return until_ms - now
+    end
     return nil
   end
-  redis.call('DEL', skey)
-  local n = redis.call('HINCRBY', bkey, 'n', 1)
-  if most > 0 then
-    -- Doubling stops at max; past 2^40 the double would lose exactness.
-    length = min(length * 2 ^ min(n - 1, 40), most)
+
+  -- Counts a denial; when it is more than 'after' within 'within', starts a ban ('for', doubled
+  -- on each repeat up to 'max' when max > 0) and returns its length in ms.
+  function m.strike(skey, bkey, ban, now)
+    local after, within, length, most = ban[1], ban[2], ban[3], ban[4]
+    local strikes = redis.call('INCR', skey)
+    if strikes == 1 then
+      redis.call('PEXPIRE', skey, within)
+    end
+    if strikes <= after then
+      return nil
+    end
+    redis.call('DEL', skey)
+    local n = redis.call('HINCRBY', bkey, 'n', 1)
+    if most > 0 then
+      -- Doubling stops at max; past 2^40 the double would lose exactness.
+      length = min(length * 2 ^ min(n - 1, 40), most)
+    end
+    redis.call('HSET', bkey, 'u', str(now + length))
+    redis.call('PEXPIRE', bkey, length + most)
+    return length
   end
-  redis.call('HSET', bkey, 'u', str(now + length))
-  redis.call('PEXPIRE', bkey, length + most)
-  return length
+
+  -- Per-client overrides: the key at okey, when present, holds 'limit,window,burst,key', other
+  -- numbers for this client and the key its state lives under with them (in the client's slot).
+  -- The counter key and numbers to check by.
+  function m.overridden(okey, key, limit, window, burst)
+    local stored = redis.call('GET', okey)
+    if not stored then
+      return key, limit, window, burst
+    end
+    local l, w, b, k = match(stored, '^(%d+),(%d+),(%d+),(.+)$')
+    if not k then
+      corrupt(okey, 'is not an override')
+    end
+    return k, tonumber(l), tonumber(w), tonumber(b)
+  end
+
+  return m
 end
 
--- Per-client overrides: the key at okey, when present, holds 'limit,window,burst,key', other
--- numbers for this client and the key its state lives under with them (in the client's slot).
--- The counter key and numbers to check by.
-local function overridden(okey, key, limit, window, burst)
-  local stored = redis.call('GET', okey)
-  if not stored then
-    return key, limit, window, burst
+-- A policy's tag without its marks, whether it takes overrides, and its ban numbers or nil;
+-- the marks' functions (m.overridden, m.banned, m.strike) when it has any.
+local function policy_tag(tag)
+  -- Tags start with a lower-case letter unless marked.
+  if byte(tag, 1) >= 97 then
+    return tag, false, nil, nil
   end
-  local l, w, b, k = match(stored, '^(%d+),(%d+),(%d+),(.+)$')
-  if not k then
-    corrupt(okey, 'is not an override')
-  end
-  return k, tonumber(l), tonumber(w), tonumber(b)
+  marks = marks or load_marks()
+  local rest, overridable, ban = marks.tag(tag)
+  return rest, overridable, ban, marks
 end

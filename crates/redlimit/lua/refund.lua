@@ -64,10 +64,10 @@ for i = 1, policies do
   local base = 2 + (i - 1) * 4
   local key, limit, window, burst =
     KEYS[i], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
-  local tag, overridable, ban = policy_tag(ARGV[base + 1])
+  local tag, overridable, ban, m = policy_tag(ARGV[base + 1])
   if overridable then
     cursor = cursor + 1
-    key, limit, window, burst = overridden(KEYS[cursor], key, limit, window, burst)
+    key, limit, window, burst = m.overridden(KEYS[cursor], key, limit, window, burst)
   end
   if ban then
     cursor = cursor + 2

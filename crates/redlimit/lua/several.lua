@@ -1,8 +1,9 @@
 -- Entry for several policies, all under one hash tag. KEYS: one key per policy, then for each
 -- policy in order its override key if it takes overrides (see overridden) and its strikes and
--- ban keys if it bans (see strike), then optionally an idempotency key (see seen_before). ARGV: now (see clock), cost (0 peeks), then
--- four per policy: algorithm tag, limit, window (ms), burst; then optionally the idempotency
--- window, then optionally 'r' for a reservation (refund.lua may give it back).
+-- ban keys if it bans (see strike), then optionally an idempotency key (see seen_before).
+-- ARGV: now (see clock), cost (0 peeks), then four per policy: algorithm tag (with its marks,
+-- see marks.lua), limit, window (ms), burst; then optionally the idempotency window, then
+-- optionally 'r' for a reservation (refund.lua may give it back).
 -- Reply: four integers per policy, as one.lua; then the limit in force for each policy that
 -- takes overrides; then for a reservation the time it was taken at (us). Nothing is consumed
 -- unless every policy admits; then each one's reply is its quota after the check, otherwise
@@ -23,17 +24,18 @@ if extras == 2 or (extras == 1 and not reserve) then
   end
 end
 local now_us = clock()
-local now = div(now_us, 1000)
-local reply, kept, admitted, limits = {}, {}, true, {}
+-- limits: the limit in force of each policy that takes overrides, made at the first.
+local reply, kept, admitted, limits = {}, {}, true, nil
 -- The last of the extra keys taken.
 local cursor = policies
 for i = 1, policies do
   local at = 2 + (i - 1) * 4
   local key, limit, window, burst = KEYS[i], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
-  local tag, overridable, ban = policy_tag(ARGV[at + 1])
+  local tag, overridable, ban, m = policy_tag(ARGV[at + 1])
   if overridable then
     cursor = cursor + 1
-    key, limit, window, burst = overridden(KEYS[cursor], key, limit, window, burst)
+    key, limit, window, burst = m.overridden(KEYS[cursor], key, limit, window, burst)
+    limits = limits or {}
     limits[#limits + 1] = limit
   end
   local decide, take = algorithm(tag)
@@ -42,7 +44,7 @@ for i = 1, policies do
   if ban then
     skey, bkey = KEYS[cursor + 1], KEYS[cursor + 2]
     cursor = cursor + 2
-    left = banned(bkey, now)
+    left = m.banned(bkey, div(now_us, 1000))
   end
   -- A ban's denial replies allowed = 2.
   if left then
@@ -50,7 +52,7 @@ for i = 1, policies do
   else
     allowed, remaining, reset, retry, a, b, c, d = decide(key, limit, window, burst, now_us, cost)
     if allowed == 0 and ban and retry ~= NEVER then
-      local length = strike(skey, bkey, ban, now)
+      local length = m.strike(skey, bkey, ban, div(now_us, 1000))
       if length then
         allowed, reset, retry = 2, max(reset, length), length
       end
@@ -72,7 +74,7 @@ if admitted and cost > 0 then
       k[1](k[2], k[3], k[4], k[5], now_us, cost, k[6], k[7], k[8], k[9])
   end
 end
-for i = 1, #limits do
+for i = 1, limits and #limits or 0 do
   reply[#reply + 1] = limits[i]
 end
 if reserve then

@@ -444,11 +444,12 @@ impl PolicyBuilder {
                 with: "max_delay",
             });
         }
-        // Marks tell the script for several policies what else to read: `~` the policy's
-        // override key, `!after,within,for,max!` its ban keys.
+        // Marks tell the script for several policies what else to read: `+` the policy's
+        // override key, `!after,within,for,max!` its ban keys. Unmarked tags start with a
+        // lower-case letter, which is all the script looks at for them.
         let mut tag = String::new();
         if self.overridable {
-            tag.push('~');
+            tag.push('+');
         }
         if let Some(ban) = &self.ban {
             let [after, within, length, max] = ban.millis()?;

@@ -682,7 +682,10 @@ async fn a_ban_started_in_one_process_is_honoured_by_the_other() {
     }
     assert_eq!(statuses, [200, 200, 429, 429, 429, 429]);
     let last: u64 = retry[5].parse().expect("a Retry-After");
-    assert!(last >= 599, "the fourth denial bans for 10 minutes: {retry:?}");
+    assert!(
+        last >= 599,
+        "the fourth denial bans for 10 minutes: {retry:?}"
+    );
     let other = http_get(demos[1].address, "/login", &[("x-api-key", "k1")]).await;
     assert_eq!(other.status, 429, "{other:?}");
     let left: u64 = other
