@@ -154,10 +154,7 @@ impl Limiter {
             once: Some(Once::new(id, window)),
             reserve: false,
         };
-        run(self
-            .backend
-            .start(&self.keys, policies, client, cost, None, &extras))
-        .await
+        self.started(policies, client, cost, None, &extras).await
     }
 
     /// As [`check_all`](Self::check_all), keeping what an admitted check took refundable: for a
@@ -214,10 +211,7 @@ impl Limiter {
             once: None,
             reserve: true,
         };
-        run(self
-            .backend
-            .start(&self.keys, policies, client, cost, now, &extras))
-        .await
+        self.started(policies, client, cost, now, &extras).await
     }
 
     /// Gives back `cost` (at most what it took) of what the reservation `reserved` of
@@ -352,9 +346,22 @@ impl Limiter {
         now: Option<Timestamp>,
     ) -> Result<Decisions, Error> {
         validate(policies)?;
+        self.started(policies, client, cost, now, &Extras::default())
+            .await
+    }
+
+    /// A valid check of `policies` with `extras`, begun and awaited.
+    async fn started(
+        &self,
+        policies: &[Policy],
+        client: &str,
+        cost: u64,
+        now: Option<Timestamp>,
+        extras: &Extras,
+    ) -> Result<Decisions, Error> {
         run(self
             .backend
-            .start(&self.keys, policies, client, cost, now, &Extras::default()))
+            .start(&self.keys, policies, client, cost, now, extras))
         .await
     }
 }
