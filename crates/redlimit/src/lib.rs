@@ -16,6 +16,13 @@
 //! (dry-run) mode; [`Limiter::inspect`], [`Limiter::reset`] and [`Limiter::scan`] read, clear and
 //! survey clients' state.
 //!
+//! Policies that fit real APIs: a client can be given other numbers at run time by every
+//! instance at once ([`Limiter::set_override`], for policies built with
+//! [`overrides`](PolicyBuilder::overrides)), banned after repeated denials ([`Ban`]), counted
+//! only when its response says so ([`Limiter::reserve`] and [`Limiter::refund`]), and counted
+//! once per request id when it retries ([`Limiter::check_once`]); each is decided in the check's
+//! own script call, and a policy without them pays nothing for them.
+//!
 //! To limit an HTTP or gRPC service, put a guarded limiter in
 //! [tower-redlimit](https://docs.rs/tower-redlimit)'s `RateLimitLayer`.
 //!
