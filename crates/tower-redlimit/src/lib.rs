@@ -57,6 +57,11 @@
 //!   the future waits for it (at most the guard's
 //!   [`max_waiting`](redlimit::GuardedLimiter::max_waiting) at once, else 429), then is
 //!   served; a waiter whose client goes away is dropped at once.
+//! - **Per request.** [`tiers`](RateLimitLayer::tiers) choose a guard by the request and its
+//!   key (an API key's plan); [`idempotency_key`](RateLimitLayer::idempotency_key) counts a
+//!   retried request once; [`count_when`](RateLimitLayer::count_when) and
+//!   [`settle`](RateLimitLayer::settle) count by the response (failed logins only, or a cost the
+//!   response reports), giving back a reservation before the response is sent.
 //! - **Counts.** A `5xx` from the service after an allowed check is counted by
 //!   [`GuardedLimiter::service_failed`](redlimit::GuardedLimiter::service_failed), beside the
 //!   guard's decisions (see its metrics).
