@@ -76,7 +76,7 @@ pin_project! {
             future: S::Future,
             headers: Option<(Arc<Runtime>, Decisions)>,
             // Given back when the response is ready, or when the request is dropped.
-            lease: Option<Lease>,
+            lease: HeldLease,
         },
         // Counting by response: what the response said not to count is given back before it
         // is sent, so the client's next request finds the quota refunded.
@@ -165,7 +165,11 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
 }
 
 /// The rate check and then, if it allowed, the concurrency lease: their decisions together.
-pub(crate) type Admission = Pin<Box<dyn Future<Output = (Decisions, Option<Lease>)> + Send>>;
+pub(crate) type Admission = Pin<Box<dyn Future<Output = (Decisions, HeldLease)> + Send>>;
+
+/// A concurrency lease held while the service runs. Boxed: most layers have no concurrency
+/// limit, and every request's future would otherwise carry (and move) a lease's room.
+pub(crate) type HeldLease = Option<Box<Lease>>;
 
 /// A refund a response owes its reservation.
 pub(crate) type Refund = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -184,7 +188,7 @@ struct Delayed<S, B> {
     request: Request<B>,
     runtime: Arc<Runtime>,
     decisions: Decisions,
-    lease: Option<Lease>,
+    lease: HeldLease,
     _waiting: Waiting,
 }
 
@@ -192,7 +196,7 @@ struct Delayed<S, B> {
 /// the wait for its slot in delay mode, or the request is answered without it.
 fn decide<S: Service<Request<B>> + Clone, B>(
     decisions: Decisions,
-    lease: Option<Lease>,
+    lease: HeldLease,
     service: &mut S,
     request: Request<B>,
     runtime: &Arc<Runtime>,
@@ -229,7 +233,7 @@ fn decide<S: Service<Request<B>> + Clone, B>(
 /// Calls the service with the decision in the request's extensions.
 fn call<S: Service<Request<B>>, B>(
     decisions: Decisions,
-    lease: Option<Lease>,
+    lease: HeldLease,
     service: &mut S,
     mut request: Request<B>,
     runtime: &Arc<Runtime>,

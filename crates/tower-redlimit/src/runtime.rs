@@ -5,7 +5,7 @@ use std::{borrow::Cow, sync::Arc};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header, request::Parts};
-use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
+use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter};
 
 use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
@@ -164,7 +164,10 @@ impl Runtime {
                 return (decisions, None);
             };
             let (decision, lease) = guard.acquire(&policy, &key).await;
-            (decisions.and(decision), lease.map(Lease::keep_alive))
+            (
+                decisions.and(decision),
+                lease.map(|lease| Box::new(lease.keep_alive())),
+            )
         })
     }
 
