@@ -8,7 +8,10 @@ use redlimit::{
 };
 use redlimit_tests::{RedisServer, command_calls, commands_sent, http_get, serve};
 
-use crate::support::{T0, at_ms, both_backends, keyed_app};
+use crate::{
+    observability::{recorded, value, values},
+    support::{T0, at_ms, both_backends, keyed_app},
+};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -114,9 +117,11 @@ async fn every_instance_honours_a_ban_with_retry_after_of_the_ban() {
             .budget(Duration::from_secs(5))
             .clock(clock())
     };
-    // Two instances, each on its own connections, served over HTTP.
+    // Two instances, each on its own connections, served over HTTP; the second's metrics are
+    // recorded.
     let one = serve(keyed_app(guard(server.limiter()))).await;
-    let two = serve(keyed_app(guard(server.limiter()))).await;
+    let (second, snapshotter) = recorded(|| guard(server.limiter()));
+    let two = serve(keyed_app(second)).await;
     let mut statuses = Vec::new();
     for _ in 0..6 {
         statuses.push(http_get(one, "/", &[("x-key", "k1")]).await.status);
@@ -137,6 +142,23 @@ async fn every_instance_honours_a_ban_with_retry_after_of_the_ban() {
     let sent = commands_sent(&before, &command_calls(&mut server.connection()));
     assert_eq!(sent.commands, 0, "answered by the local block cache");
     assert_eq!(http_get(two, "/", &[("x-key", "k2")]).await.status, 200);
+    let all = values(&snapshotter);
+    let decisions = |outcome: &str, reason: &str| {
+        let labels = [
+            ("policy", "login"),
+            ("outcome", outcome),
+            ("reason", reason),
+        ];
+        value(&all, "redlimit_decisions_total", &labels)
+    };
+    assert_eq!(decisions("banned", "redis"), 1.0, "the ban, from Redis");
+    assert_eq!(
+        decisions("banned", "local_block"),
+        5.0,
+        "then from the block cache"
+    );
+    assert_eq!(decisions("limited", "redis"), 0.0);
+    assert_eq!(decisions("allowed", "redis"), 1.0, "k2");
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 ///
 /// | name | type | labels | what |
 /// |---|---|---|---|
-/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](Self::near_limit) of the limit left) or `limited`; `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through |
+/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](Self::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through |
 /// | `redlimit_backend_errors_total` | counter | `policy`, `kind` | checks whose backend failed, by [`ErrorKind::as_str`] |
 /// | `redlimit_service_failures_total` | counter | `policy` | see [`service_failed`](Self::service_failed) |
 /// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |

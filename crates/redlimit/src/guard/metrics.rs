@@ -35,9 +35,16 @@ enum Outcome {
     Allowed,
     NearLimit,
     Limited,
+    /// Denied by a ban (see `Ban`): only for policies that ban.
+    Banned,
 }
 
-const OUTCOMES: [Outcome; 3] = [Outcome::Allowed, Outcome::NearLimit, Outcome::Limited];
+const OUTCOMES: [Outcome; 4] = [
+    Outcome::Allowed,
+    Outcome::NearLimit,
+    Outcome::Limited,
+    Outcome::Banned,
+];
 
 impl Outcome {
     const fn as_str(self) -> &'static str {
@@ -45,6 +52,7 @@ impl Outcome {
             Self::Allowed => "allowed",
             Self::NearLimit => "near_limit",
             Self::Limited => "limited",
+            Self::Banned => "banned",
         }
     }
 }
@@ -68,17 +76,19 @@ const KINDS: [ErrorKind; ErrorKind::COUNT] = [
 ];
 
 /// Whether a decision of `reason` can be counted as `outcome` on a backend that is `remote`
-/// (Redis) or not (memory): only those series are registered, so an exposition shows no series
-/// that can never move.
-const fn possible(outcome: Outcome, reason: Reason, remote: bool) -> bool {
+/// (Redis) or not (memory), for a policy that `bans` or not: only those series are registered,
+/// so an exposition shows no series that can never move.
+const fn possible(outcome: Outcome, reason: Reason, remote: bool, bans: bool) -> bool {
+    if matches!(outcome, Outcome::Banned) && (!bans || matches!(reason, Reason::Shadow)) {
+        return false;
+    }
     match reason {
         Reason::Memory if remote => false,
         Reason::Redis | Reason::LocalBlock if !remote => false,
         Reason::Redis | Reason::Memory | Reason::Fallback => true,
         Reason::FailOpen => matches!(outcome, Outcome::Allowed),
-        Reason::LocalBlock | Reason::FailClosed | Reason::Shadow => {
-            matches!(outcome, Outcome::Limited)
-        }
+        Reason::LocalBlock => matches!(outcome, Outcome::Limited | Outcome::Banned),
+        Reason::FailClosed | Reason::Shadow => matches!(outcome, Outcome::Limited),
     }
 }
 
@@ -117,7 +127,7 @@ impl Metrics {
             .iter()
             .map(|policy| PolicySeries {
                 near: near_threshold(policy.limit(), near_share),
-                decisions: decision_counters(policy.name(), remote),
+                decisions: decision_counters(policy.name(), remote, policy.ban().is_some()),
             })
             .collect();
         let guard = label.to_string();
@@ -138,7 +148,11 @@ impl Metrics {
     /// Counts the decisions of one check, which are in the order of the guard's policies.
     pub(crate) fn decided(&self, decisions: &[Decision]) {
         for (series, decision) in self.policies.iter().zip(decisions) {
-            let outcome = if decision.reason == Reason::Shadow || !decision.allowed {
+            let outcome = if decision.reason == Reason::Shadow {
+                Outcome::Limited
+            } else if decision.banned {
+                Outcome::Banned
+            } else if !decision.allowed {
                 Outcome::Limited
             } else if decision.remaining <= series.near {
                 Outcome::NearLimit
@@ -190,11 +204,11 @@ impl Metrics {
     }
 }
 
-fn decision_counters(policy: &str, remote: bool) -> Vec<Counter> {
+fn decision_counters(policy: &str, remote: bool, bans: bool) -> Vec<Counter> {
     let mut counters = Vec::with_capacity(OUTCOMES.len() * REASONS.len());
     for outcome in OUTCOMES {
         for reason in REASONS {
-            counters.push(if possible(outcome, reason, remote) {
+            counters.push(if possible(outcome, reason, remote, bans) {
                 counter!(
                     DECISIONS,
                     "policy" => policy.to_owned(),
@@ -213,7 +227,7 @@ fn decision_counters(policy: &str, remote: bool) -> Vec<Counter> {
 fn describe() {
     describe_counter!(
         DECISIONS,
-        "Decisions by policy, outcome (allowed, near_limit, limited) and reason (the path that decided)"
+        "Decisions by policy, outcome (allowed, near_limit, limited, banned) and reason (the path that decided)"
     );
     describe_counter!(BACKEND_ERRORS, "Checks whose backend failed, by kind");
     describe_counter!(
