@@ -87,6 +87,13 @@ pub(crate) fn start_servers(
         ),
         ("http_governor", serve(server, governor(hello()))),
         (
+            "http_memory_legacy",
+            serve(
+                server,
+                limit(memory()).headers(HeaderStyle::Legacy).layer(hello()),
+            ),
+        ),
+        (
             "http_memory_routes",
             serve(server, hello().layer(limit(memory()))),
         ),
