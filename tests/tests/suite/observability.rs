@@ -7,7 +7,9 @@ use metrics_util::{
     CompositeKey, MetricKind,
     debugging::{DebugValue, DebuggingRecorder, Snapshotter},
 };
-use redlimit::{Algorithm, CircuitBreaker, FailurePolicy, GuardedLimiter, Reason};
+use redlimit::{
+    Algorithm, CircuitBreaker, ConcurrencyPolicy, FailurePolicy, GuardedLimiter, Reason,
+};
 use redlimit_tests::RedisServer;
 
 use crate::support::{keyed_app, policy, send};
@@ -195,4 +197,64 @@ async fn shadow_mode_lets_would_be_denials_pass_and_counts_them() {
         3.0
     );
     assert_eq!(stats.stats().decided(Reason::Shadow), 7);
+}
+
+/// A concurrency limit's acquires are counted under its own name, registered with the recorder
+/// in force at its first acquire (the test's thread: a current-thread runtime).
+#[tokio::test]
+async fn concurrency_decisions_are_counted_under_the_concurrency_policy() {
+    let server = RedisServer::start();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _in_force = metrics::set_default_local_recorder(&recorder);
+    let guard = GuardedLimiter::new(
+        server.limiter(),
+        [policy(Algorithm::FixedWindow, 100, 3_600_000, None)],
+    )
+    .expect("a guard")
+    .failure(FailurePolicy::Closed)
+    .budget(Duration::from_secs(5));
+    // Limit 2: near the limit at 0 remaining (20% of 2, rounded down).
+    let two = ConcurrencyPolicy::builder("in-flight")
+        .limit(2)
+        .build()
+        .expect("a valid policy");
+
+    let (first, _one) = guard.acquire(&two, "alice").await;
+    let (second, _two) = guard.acquire(&two, "alice").await;
+    let (third, none) = guard.acquire(&two, "alice").await;
+    assert!(first.allowed && second.allowed && !third.allowed && none.is_none());
+    drop(server);
+    let (down, _) = guard.acquire(&two, "bob").await;
+    assert_eq!(down.reason, Reason::FailClosed);
+
+    let all = values(&snapshotter);
+    let decisions = |outcome: &str, reason: &str| {
+        value(
+            &all,
+            "redlimit_decisions_total",
+            &[
+                ("policy", "in-flight"),
+                ("outcome", outcome),
+                ("reason", reason),
+            ],
+        )
+    };
+    assert_eq!(decisions("allowed", "redis"), 1.0);
+    assert_eq!(decisions("near_limit", "redis"), 1.0);
+    assert_eq!(decisions("limited", "redis"), 1.0);
+    assert_eq!(decisions("limited", "fail_closed"), 1.0);
+    let series: Vec<_> = all
+        .iter()
+        .filter(|(key, _)| key.key().labels().any(|l| l.value() == "in-flight"))
+        .collect();
+    let total: f64 = series.iter().map(|(_, v)| v).sum();
+    assert_eq!(total, 4.0, "one decision per acquire: {series:?}");
+    assert!(
+        series.iter().all(|(key, _)| key
+            .key()
+            .labels()
+            .all(|l| l.value() != "local_block" && l.value() != "shadow")),
+        "leases are never cached locally nor shadowed: {series:?}"
+    );
 }

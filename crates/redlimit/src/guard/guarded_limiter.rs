@@ -51,7 +51,7 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 ///
 /// | name | type | labels | what |
 /// |---|---|---|---|
-/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](Self::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through |
+/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](Self::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through; also one per [`acquire`](Self::acquire), under the concurrency policy's name |
 /// | `redlimit_backend_errors_total` | counter | `policy`, `kind` | checks whose backend failed, by [`ErrorKind::as_str`] |
 /// | `redlimit_service_failures_total` | counter | `policy` | see [`service_failed`](Self::service_failed) |
 /// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |
@@ -327,8 +327,30 @@ impl GuardedLimiter {
     /// Takes a slot of the concurrency `policy` for `client`, within the guard's budget; never
     /// fails: when the backend does, the failure policy answers (open: allowed without a
     /// lease; closed: denied; local: a lease of the local limiter, reason
-    /// [`Reason::Fallback`]). See [`Limiter::acquire`].
+    /// [`Reason::Fallback`]). See [`Limiter::acquire`]. Its decisions are counted in
+    /// `redlimit_decisions_total` under the concurrency policy's name, whose series are
+    /// registered with the recorder in force at the policy's first acquire.
     pub async fn acquire(
+        &self,
+        policy: &ConcurrencyPolicy,
+        client: &str,
+    ) -> (Decision, Option<Lease>) {
+        let (decision, lease) = self.acquired(policy, client).await;
+        let guard = &*self.inner;
+        guard.metrics.acquired(policy, &decision);
+        if !decision.allowed {
+            tracing::debug!(
+                target: "redlimit",
+                policy = %decision.policy,
+                reason = decision.reason.as_str(),
+                retry_after = ?decision.retry_after,
+                "concurrency limit reached"
+            );
+        }
+        (decision, lease)
+    }
+
+    async fn acquired(
         &self,
         policy: &ConcurrencyPolicy,
         client: &str,

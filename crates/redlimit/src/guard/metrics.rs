@@ -1,14 +1,17 @@
 //! The guard's series in the [`metrics`] facade. Handles are registered once, when the guard is
 //! built, so a check costs an atomic increment per series, never a registry lookup.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use metrics::{
     Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
     gauge, histogram,
 };
 
-use crate::{Decision, ErrorKind, Policy, Reason};
+use crate::{ConcurrencyPolicy, Decision, ErrorKind, Policy, Reason};
 
 /// Decisions by policy, outcome and reason.
 pub(crate) const DECISIONS: &str = "redlimit_decisions_total";
@@ -76,10 +79,15 @@ const KINDS: [ErrorKind; ErrorKind::COUNT] = [
 ];
 
 /// Whether a decision of `reason` can be counted as `outcome` on a backend that is `remote`
-/// (Redis) or not (memory), for a policy that `bans` or not: only those series are registered,
-/// so an exposition shows no series that can never move.
-const fn possible(outcome: Outcome, reason: Reason, remote: bool, bans: bool) -> bool {
+/// (Redis) or not (memory), for a policy of `kind`: only those series are registered, so an
+/// exposition shows no series that can never move.
+const fn possible(outcome: Outcome, reason: Reason, remote: bool, kind: Kind) -> bool {
+    let bans = matches!(kind, Kind::Banning);
     if matches!(outcome, Outcome::Banned) && (!bans || matches!(reason, Reason::Shadow)) {
+        return false;
+    }
+    // Leases are neither cached locally nor shadowed.
+    if matches!(kind, Kind::Concurrency) && matches!(reason, Reason::LocalBlock | Reason::Shadow) {
         return false;
     }
     match reason {
@@ -92,6 +100,15 @@ const fn possible(outcome: Outcome, reason: Reason, remote: bool, bans: bool) ->
     }
 }
 
+/// What a policy's decisions can be: which of its series are registered.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Rate,
+    /// A rate policy with a ban.
+    Banning,
+    Concurrency,
+}
+
 /// One policy's decision counters and its near-limit threshold.
 #[derive(Debug)]
 struct PolicySeries {
@@ -99,6 +116,46 @@ struct PolicySeries {
     near: u64,
     /// By `outcome * Reason::COUNT + reason`.
     decisions: Vec<Counter>,
+}
+
+impl PolicySeries {
+    fn new(name: &str, limit: u64, kind: Kind, remote: bool, near_share: f64) -> Self {
+        let mut decisions = Vec::with_capacity(OUTCOMES.len() * REASONS.len());
+        for outcome in OUTCOMES {
+            for reason in REASONS {
+                decisions.push(if possible(outcome, reason, remote, kind) {
+                    counter!(
+                        DECISIONS,
+                        "policy" => name.to_owned(),
+                        "outcome" => outcome.as_str(),
+                        "reason" => reason.as_str(),
+                    )
+                } else {
+                    Counter::noop()
+                });
+            }
+        }
+        Self {
+            near: near_threshold(limit, near_share),
+            decisions,
+        }
+    }
+
+    fn count(&self, decision: &Decision) {
+        let outcome = if decision.reason == Reason::Shadow {
+            Outcome::Limited
+        } else if decision.banned {
+            Outcome::Banned
+        } else if !decision.allowed {
+            Outcome::Limited
+        } else if decision.remaining <= self.near {
+            Outcome::NearLimit
+        } else {
+            Outcome::Allowed
+        };
+        let at = outcome as usize * Reason::COUNT + decision.reason.index();
+        self.decisions[at].increment(1);
+    }
 }
 
 /// The series of one guard.
@@ -113,6 +170,11 @@ pub(crate) struct Metrics {
     duration: Histogram,
     /// The `policy` label of series about a whole check: the guard's names joined by `+`.
     label: Arc<str>,
+    /// Concurrency policies' decision counters, registered at each one's first acquire (the
+    /// guard learns of them only then).
+    concurrency: Mutex<Vec<(Arc<str>, Arc<PolicySeries>)>>,
+    remote: bool,
+    near_share: f64,
 }
 
 impl Metrics {
@@ -125,9 +187,13 @@ impl Metrics {
         let label: Arc<str> = names.join("+").into();
         let series = policies
             .iter()
-            .map(|policy| PolicySeries {
-                near: near_threshold(policy.limit(), near_share),
-                decisions: decision_counters(policy.name(), remote, policy.ban().is_some()),
+            .map(|policy| {
+                let kind = if policy.ban().is_some() {
+                    Kind::Banning
+                } else {
+                    Kind::Rate
+                };
+                PolicySeries::new(policy.name(), policy.limit(), kind, remote, near_share)
             })
             .collect();
         let guard = label.to_string();
@@ -142,26 +208,43 @@ impl Metrics {
                 .map(|list| counter!(LISTED, "policy" => guard.clone(), "list" => list)),
             duration: histogram!(CHECK_DURATION, "policy" => guard),
             label,
+            concurrency: Mutex::new(Vec::new()),
+            remote,
+            near_share,
         }
     }
 
     /// Counts the decisions of one check, which are in the order of the guard's policies.
     pub(crate) fn decided(&self, decisions: &[Decision]) {
         for (series, decision) in self.policies.iter().zip(decisions) {
-            let outcome = if decision.reason == Reason::Shadow {
-                Outcome::Limited
-            } else if decision.banned {
-                Outcome::Banned
-            } else if !decision.allowed {
-                Outcome::Limited
-            } else if decision.remaining <= series.near {
-                Outcome::NearLimit
-            } else {
-                Outcome::Allowed
-            };
-            let at = outcome as usize * Reason::COUNT + decision.reason.index();
-            series.decisions[at].increment(1);
+            series.count(decision);
         }
+    }
+
+    /// Counts the decision of an acquire of `policy`, registering its series with the recorder
+    /// in force at its first acquire.
+    pub(crate) fn acquired(&self, policy: &ConcurrencyPolicy, decision: &Decision) {
+        let series = {
+            let mut known = self
+                .concurrency
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match known.iter().find(|(name, _)| **name == *policy.name()) {
+                Some((_, series)) => Arc::clone(series),
+                None => {
+                    let series = Arc::new(PolicySeries::new(
+                        policy.name(),
+                        policy.limit(),
+                        Kind::Concurrency,
+                        self.remote,
+                        self.near_share,
+                    ));
+                    known.push((policy.name().into(), Arc::clone(&series)));
+                    series
+                }
+            }
+        };
+        series.count(decision);
     }
 
     /// The guard's policy names joined by `+`.
@@ -202,25 +285,6 @@ impl Metrics {
     pub(crate) fn circuit(&self, circuit: String) -> Gauge {
         gauge!(CIRCUIT_OPEN, "policy" => self.label.to_string(), "circuit" => circuit)
     }
-}
-
-fn decision_counters(policy: &str, remote: bool, bans: bool) -> Vec<Counter> {
-    let mut counters = Vec::with_capacity(OUTCOMES.len() * REASONS.len());
-    for outcome in OUTCOMES {
-        for reason in REASONS {
-            counters.push(if possible(outcome, reason, remote, bans) {
-                counter!(
-                    DECISIONS,
-                    "policy" => policy.to_owned(),
-                    "outcome" => outcome.as_str(),
-                    "reason" => reason.as_str(),
-                )
-            } else {
-                Counter::noop()
-            });
-        }
-    }
-    counters
 }
 
 /// The series' help texts, for the exposition.
