@@ -84,6 +84,14 @@ impl Decisions {
         self
     }
 
+    /// The same decisions (and reservation), every one of them decided by `reason`.
+    pub(crate) fn decided_by(mut self, reason: Reason) -> Self {
+        for decision in &mut self.items {
+            decision.reason = reason;
+        }
+        self
+    }
+
     /// The same decisions with every denial let through as [`Reason::Shadow`], its quota and
     /// waits kept.
     pub(crate) fn shadowed(mut self) -> Self {

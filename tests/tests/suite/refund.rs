@@ -10,7 +10,9 @@ use axum::{
     http::{Request, StatusCode},
     routing::get,
 };
-use redlimit::{Algorithm, Decisions, GuardedLimiter, Limiter, Policy, Timestamp};
+use redlimit::{
+    Algorithm, Decisions, FailurePolicy, GuardedLimiter, Limiter, Policy, Reason, Timestamp,
+};
 use redlimit_tests::RedisServer;
 use tower::ServiceExt;
 use tower_redlimit::{HeaderKey, RateLimitLayer};
@@ -250,4 +252,47 @@ async fn a_login_route_counts_only_failed_responses() {
             .expect("peek");
         assert_eq!(peek.remaining, 0, "{backend}");
     }
+}
+
+/// During an outage, a local fallback reserves in its own limiter and the refund is given back
+/// there: successful logins still do not count, and the failures still do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_reservation_is_refunded_to_the_fallback() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    drop(server);
+    let p = Policy::builder("login", Algorithm::FixedWindow)
+        .limit(3)
+        .window(Duration::from_secs(3_600))
+        .build()
+        .expect("a policy");
+    let guard = GuardedLimiter::new(limiter, [p])
+        .expect("a guard")
+        .failure(FailurePolicy::local())
+        .budget(Duration::from_secs(5));
+
+    let reserved = guard.reserve("bob", 1).await;
+    assert_eq!(reserved.first().map(|d| d.reason), Some(Reason::Fallback));
+    assert_eq!(reserved.refundable(), Some(1), "the fallback's reservation");
+    assert!(
+        guard.refund(&reserved, 1).await,
+        "given back to the fallback"
+    );
+    assert_eq!(
+        guard.reserve("bob", 1).await.most_restrictive().remaining,
+        2
+    );
+
+    let app = login_app(guard);
+    for _ in 0..20 {
+        assert_eq!(login(&app, 200).await, StatusCode::OK, "200s pass");
+    }
+    for _ in 0..3 {
+        assert_eq!(login(&app, 401).await, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(
+        login(&app, 200).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "three failures used the fallback's limit"
+    );
 }

@@ -417,8 +417,9 @@ impl GuardedLimiter {
     /// As [`check`](Self::check), keeping what an admitted check took refundable with
     /// [`refund`](Self::refund): for requests that count only if their response says so. See
     /// [`Limiter::reserve`]. Such checks skip the block cache, since a refund may free the quota
-    /// a denial saw exhausted; when the backend fails, the failure policy answers as usual and
-    /// there is nothing to refund.
+    /// a denial saw exhausted. When the backend fails, the failure policy answers as usual: a
+    /// local fallback reserves in its own limiter (and [`refund`](Self::refund) gives back
+    /// there); an open or closed answer has nothing to refund.
     pub fn reserve(&self, client: &str, cost: u64) -> Check {
         let extras = Extras {
             once: None,
@@ -428,18 +429,21 @@ impl GuardedLimiter {
     }
 
     /// Gives back `cost` (at most what it took) of what the reservation `reserved` took (see
-    /// [`Limiter::refund`]), within the guard's budget; whether anything was given back. A
-    /// failure is logged and counted like a check's, and gives nothing back: the request stays
-    /// counted.
+    /// [`Limiter::refund`]), within the guard's budget, to the limiter that took it (the local
+    /// fallback's, for a reservation it made); whether anything was given back. A failure is
+    /// logged and counted like a check's, and gives nothing back: the request stays counted.
     pub async fn refund(&self, reserved: &Decisions, cost: u64) -> bool {
         if reserved.refundable().is_none() {
             return false;
         }
         let guard = &*self.inner;
         let now = guard.clock.as_ref().map(|clock| clock());
-        let refund = guard
-            .limiter
-            .refund_at(&guard.policies, reserved, cost, now);
+        // A reservation the local fallback took is owed back there.
+        let limiter = match (&guard.failure, reserved.first().map(|d| d.reason)) {
+            (FailurePolicy::Local(local), Some(Reason::Fallback)) => local,
+            _ => &guard.limiter,
+        };
+        let refund = limiter.refund_at(&guard.policies, reserved, cost, now);
         match guard.within_budget(refund).await {
             Ok(refunded) => refunded,
             Err(error) => {
@@ -471,14 +475,14 @@ impl GuardedLimiter {
         }
         // An open circuit answers before a check is even begun.
         if guard.remote && !guard.breaker(client).permit() {
-            return self.fail(client, cost, None, span);
+            return self.fail(client, cost, extras.reserve, None, span);
         }
         let now = guard.clock.as_ref().map(|clock| clock());
         match start(&guard.limiter, &guard.policies, client, cost, now, &extras) {
             Started::Ready(Ok(decisions)) => Check::ready(guard.finish(decisions, &span)),
             Started::Ready(Err(error)) => {
                 guard.count_failed(error.kind());
-                self.fail(client, cost, Some(error), span)
+                self.fail(client, cost, extras.reserve, Some(error), span)
             }
             Started::Waiting(answer) => {
                 let this = self.clone();
@@ -489,7 +493,9 @@ impl GuardedLimiter {
                         let sent = Instant::now();
                         let answer = this.inner.within_budget(answer).await;
                         this.inner.metrics.round_trip(sent.elapsed());
-                        this.remote(answer, &client, cost, block, span).await
+                        let reserve = extras.reserve;
+                        this.remote(answer, &client, cost, reserve, block, span)
+                            .await
                     }
                     .instrument(inside),
                 )
@@ -504,6 +510,7 @@ impl GuardedLimiter {
         answer: Result<Decisions, Error>,
         client: &str,
         cost: u64,
+        reserve: bool,
         block: Option<(Slot, u64)>,
         span: Span,
     ) -> Decisions {
@@ -523,13 +530,20 @@ impl GuardedLimiter {
                 // One client's corrupt key says nothing about the backend's health.
                 guard.breaker(client).record(error.is_corrupt_state());
                 guard.count_failed(error.kind());
-                self.fail(client, cost, Some(error), span).await
+                self.fail(client, cost, reserve, Some(error), span).await
             }
         }
     }
 
     /// The failure policy's answer, after `error` (or with none: the circuit is open).
-    fn fail(&self, client: &str, cost: u64, error: Option<Error>, span: Span) -> Check {
+    fn fail(
+        &self,
+        client: &str,
+        cost: u64,
+        reserve: bool,
+        error: Option<Error>,
+        span: Span,
+    ) -> Check {
         let guard = &*self.inner;
         if let Some(error) = &error {
             guard.errors.report(error, &guard.policies);
@@ -545,14 +559,12 @@ impl GuardedLimiter {
             FailurePolicy::Local(local) => local,
         };
         let now = guard.clock.as_ref().map(|clock| clock());
-        match start(
-            local,
-            &guard.policies,
-            client,
-            cost,
-            now,
-            &Extras::default(),
-        ) {
+        // A reservation stays one in the local limiter, so its refund is owed there.
+        let extras = Extras {
+            once: None,
+            reserve,
+        };
+        match start(local, &guard.policies, client, cost, now, &extras) {
             Started::Ready(answer) => Check::ready(guard.fallback(answer, error, &span)),
             Started::Waiting(answer) => {
                 let this = self.clone();
@@ -643,16 +655,7 @@ impl Guard {
         span: &Span,
     ) -> Decisions {
         let decisions = match answer {
-            Ok(decisions) => {
-                let relabelled = decisions
-                    .into_iter()
-                    .map(|decision| Decision {
-                        reason: Reason::Fallback,
-                        ..decision
-                    })
-                    .collect();
-                Decisions::new(relabelled)
-            }
+            Ok(decisions) => decisions.decided_by(Reason::Fallback),
             Err(_) => self.closed(),
         };
         self.finish(decisions.with_error(error), span)
