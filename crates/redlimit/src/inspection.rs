@@ -81,7 +81,8 @@ const INSPECTED_AT_ONCE: usize = 256;
 impl Limiter {
     /// What `policy` holds for `client`: the stored state, its time to live, and the decision a
     /// request of cost 1 would get now, without consuming anything. On Redis, one script call
-    /// that writes nothing.
+    /// that writes nothing. For a client with an override in force (see
+    /// [`set_override`](Self::set_override)), the key and numbers of the override.
     ///
     /// # Errors
     /// As [`check`](Self::check).
@@ -90,7 +91,9 @@ impl Limiter {
     }
 
     /// Deletes what `policy` holds for `client`, giving it a full quota; whether there was
-    /// anything. Other policies and clients are untouched.
+    /// anything. Other policies and clients are untouched. For a client with an override in
+    /// force, its state under the override too; the override stays until
+    /// [`clear_override`](Self::clear_override).
     ///
     /// # Errors
     /// As [`check`](Self::check).

@@ -182,6 +182,15 @@ async fn overrides_and_refunds_on_the_cluster() {
             passed, 3,
             "{client}: the override's limit, its key in the client's slot"
         );
+        let seen = limiter.inspect(&p[0], client).await.expect("inspect");
+        assert_eq!(
+            seen.decision.limit, 3,
+            "{client}: inspected under the override"
+        );
+        assert!(
+            limiter.reset(&p[0], client).await.expect("reset"),
+            "{client}"
+        );
     }
     let reserved = limiter
         .reserve_at(&p, "e", 1, Some(at_ms(T0)))

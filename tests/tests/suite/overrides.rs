@@ -193,3 +193,49 @@ async fn bad_overrides_are_refused_naming_the_field() {
         })
     ));
 }
+
+/// An operator inspecting or resetting an overridden client sees the override's key and numbers;
+/// the override itself stays until cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_reset_see_the_override_in_force() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        // Anchored: its window starts at the first request, so no boundary falls mid-test.
+        let p = overridable(Algorithm::FixedWindowAnchored, 2);
+        limiter
+            .set_override(&p, "c", Override::default().limit(5), DAY)
+            .await
+            .expect("set");
+        for _ in 0..2 {
+            assert!(limiter.check(&p, "c", 1).await.expect("check").allowed);
+        }
+        let seen = limiter.inspect(&p, "c").await.expect("inspect");
+        assert_eq!(
+            (seen.decision.limit, seen.decision.remaining, seen.used()),
+            (5, 3, 2),
+            "{backend}: the override's numbers and state"
+        );
+        assert!(
+            seen.state.contains(&("n".to_owned(), "2".to_owned())),
+            "{backend}: {seen:?}"
+        );
+        let other = limiter.inspect(&p, "other").await.expect("inspect");
+        assert_eq!(other.decision.limit, 2, "{backend}: others keep the policy");
+
+        assert!(limiter.reset(&p, "c").await.expect("reset"), "{backend}");
+        let fresh = limiter.inspect(&p, "c").await.expect("inspect");
+        assert_eq!(
+            (
+                fresh.decision.limit,
+                fresh.decision.remaining,
+                fresh.key.as_str()
+            ),
+            (5, 5, seen.key.as_str()),
+            "{backend}: reset, the override still in force"
+        );
+        assert!(limiter.clear_override(&p, "c").await.expect("clear"));
+        let own = limiter.inspect(&p, "c").await.expect("inspect");
+        assert_eq!(own.decision.limit, 2, "{backend}");
+        assert_ne!(own.key, seen.key, "{backend}: the policy's own key again");
+    }
+}

@@ -216,6 +216,15 @@ impl MemoryBackend {
         cost: u64,
         now_us: u64,
     ) -> Inspected {
+        // A client's override, if it has one, names the numbers (and key) in force.
+        let resolved = self
+            .overrides()
+            .resolve(keys, std::slice::from_ref(policy), client, now_us)
+            .and_then(|mut resolved| resolved.pop());
+        let overridden = resolved
+            .as_ref()
+            .map(|resolved| (resolved.limit(), keys.key(resolved, client)));
+        let policy = resolved.as_ref().unwrap_or(policy);
         let (client, shard) = self.shard_of(client);
         let entry = shard
             .entries
@@ -230,6 +239,7 @@ impl MemoryBackend {
             },
             ttl_ms: entry.map(|entry| (entry.expires_at_us - now_us) / 1000),
             state: state.map(State::fields).unwrap_or_default(),
+            overridden,
         }
     }
 
@@ -241,13 +251,20 @@ impl MemoryBackend {
         policy: &Policy,
         now_us: u64,
     ) -> bool {
+        // And the state under the client's override, if one is in force.
+        let overridden = self
+            .overrides()
+            .resolve(keys, std::slice::from_ref(policy), client, now_us)
+            .unwrap_or_default();
         let (client, mut shard) = self.shard_of(client);
-        let Some(entry) = shard.entries.get_mut(KeyIds::of(keys, policy, client)) else {
-            return false;
-        };
-        let live = entry.expires_at_us > now_us && entry.state.is_some();
-        // Expired is absent: the slot is reused or swept like any other expired key.
-        *entry = Entry::default();
+        let mut live = false;
+        for policy in std::iter::once(policy).chain(&overridden) {
+            if let Some(entry) = shard.entries.get_mut(KeyIds::of(keys, policy, client)) {
+                live |= entry.expires_at_us > now_us && entry.state.is_some();
+                // Expired is absent: the slot is reused or swept like any other expired key.
+                *entry = Entry::default();
+            }
+        }
         live
     }
 

@@ -385,10 +385,14 @@ impl Backend {
             }
             (Self::Memory(_), Target::Key(_)) => return Err(no_key_names()),
             (Self::Redis(redis), _) => {
-                let key = target.key(keys, policy);
+                let mut names = vec![target.key(keys, policy)];
+                // A client's override, if it has one, names the key and numbers in force.
+                if let (Target::Client(client), true) = (&target, policy.takes_overrides()) {
+                    names.push(keys.override_key(policy, client));
+                }
                 let call = Invocation {
                     policies: std::slice::from_ref(policy),
-                    keys: std::slice::from_ref(&key),
+                    keys: &names,
                     cost: 1,
                     now_us: None,
                     extra: &[],
@@ -396,8 +400,15 @@ impl Backend {
                 redis.inspect(call).await?
             }
         };
-        let decision = decision(policy, inspected.answer, self.reason());
-        Ok((target.key(keys, policy), decision, inspected))
+        let mut decision = decision(policy, inspected.answer, self.reason());
+        let key = match &inspected.overridden {
+            Some((limit, key)) => {
+                decision.limit = *limit;
+                key.clone()
+            }
+            None => target.key(keys, policy),
+        };
+        Ok((key, decision, inspected))
     }
 
     /// Deletes what `policy` holds for `client`; whether it held anything.
@@ -413,7 +424,16 @@ impl Backend {
             }
             Self::Redis(redis) => {
                 let key = keys.key(policy, client);
-                redis.delete(Invocation::of_key(policy, &key)).await
+                let mut held = redis.delete(Invocation::of_key(policy, &key)).await?;
+                if policy.takes_overrides() {
+                    // And the key of the client's override, if one is in force.
+                    let (in_force, _, _) =
+                        self.inspect(keys, policy, Target::Client(client)).await?;
+                    if in_force != key {
+                        held |= redis.delete(Invocation::of_key(policy, &in_force)).await?;
+                    }
+                }
+                Ok(held)
             }
         }
     }

@@ -273,7 +273,7 @@ impl RedisBackend {
                     .map_err(|err| call.error(err))
             })
             .await?;
-        script::parse_inspected(reply)
+        script::parse_inspected(reply, call.keys.first().map_or("", String::as_str))
     }
 
     /// Sets `call`'s one key to `value` for `ttl_ms`.

@@ -305,13 +305,16 @@ pub(crate) struct Inspected {
     pub(crate) answer: Answer,
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) state: Vec<(String, String)>,
+    /// The limit in force and the key read, when an override named others than the policy's.
+    pub(crate) overridden: Option<(u64, String)>,
 }
 
 /// Reads the inspect script's reply.
 pub(crate) fn parse_inspected(
-    reply: (i64, i64, i64, i64, i64, Vec<String>),
+    reply: (i64, i64, i64, i64, i64, Vec<String>, i64, String),
+    key: &str,
 ) -> Result<Inspected, Error> {
-    let (allowed, remaining, reset, retry, pttl, state) = reply;
+    let (allowed, remaining, reset, retry, pttl, state, limit, read) = reply;
     let answer = parse(&[allowed, remaining, reset, retry], 1)?.remove(0);
     let mut fields = state.into_iter();
     let mut pairs = Vec::new();
@@ -322,6 +325,7 @@ pub(crate) fn parse_inspected(
         answer,
         ttl_ms: u64::try_from(pttl).ok(),
         state: pairs,
+        overridden: (read != key).then(|| (u64::try_from(limit).unwrap_or(0), read)),
     })
 }
 
