@@ -51,9 +51,10 @@ pub(crate) const fn one_source(algorithm: Algorithm) -> &'static str {
     }
 }
 
-/// The prelude, every algorithm, and their dispatch by tag, followed by `$entry`.
+/// The prelude, every algorithm, and their dispatch by tag, then `$marks` (how tags are read:
+/// `marks.lua`, or `unmarked.lua` where no policy is marked), then `$entry`.
 macro_rules! every {
-    ($entry:literal) => {
+    ($marks:literal, $entry:literal) => {
         concat!(
             include_str!("../../lua/prelude.lua"),
             include_str!("../../lua/fixed_window.lua"),
@@ -62,17 +63,20 @@ macro_rules! every {
             include_str!("../../lua/token_bucket.lua"),
             include_str!("../../lua/gcra.lua"),
             include_str!("../../lua/dispatch.lua"),
-            include_str!("../../lua/marks.lua"),
+            include_str!(concat!("../../lua/", $marks)),
             include_str!(concat!("../../lua/", $entry)),
         )
     };
 }
 
 /// The Lua source of the script checking several policies at once.
-pub(crate) const SEVERAL: &str = every!("several.lua");
+pub(crate) const SEVERAL: &str = every!("marks.lua", "several.lua");
+
+/// The same, for policies none of which takes overrides or bans.
+const SEVERAL_UNMARKED: &str = every!("unmarked.lua", "several.lua");
 
 /// The Lua source of the script inspecting one policy's key without writing.
-const INSPECT: &str = every!("inspect.lua");
+const INSPECT: &str = every!("marks.lua", "inspect.lua");
 
 /// The Lua source of the script giving back what a reservation took.
 const REFUND: &str = concat!(
@@ -170,6 +174,7 @@ pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) renew: Script,
     several: Script,
+    several_unmarked: Script,
     inspect: Script,
     pub(crate) refund: Script,
 }
@@ -182,6 +187,7 @@ impl Scripts {
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
             several: Script::new(SEVERAL),
+            several_unmarked: Script::new(SEVERAL_UNMARKED),
             inspect: Script::new(INSPECT),
             refund: Script::new(REFUND),
         }
@@ -193,18 +199,19 @@ impl Scripts {
     }
 
     /// The script for the check `call`: the lean one for a single policy, unless it is a
-    /// reservation.
+    /// reservation; for several, the one that reads marks only if a policy is marked.
     pub(crate) fn of(&self, call: &Invocation<'_>) -> &Script {
-        if call.is_reservation() || call.policies.iter().any(Policy::needs_several) {
+        if call.policies.iter().any(Policy::needs_several) {
             return &self.several;
         }
         match call.policies {
+            _ if call.is_reservation() => &self.several_unmarked,
             [policy] if policy.max_delay_ms() > 0 => &self.gcra_delay,
             [policy] => Algorithm::ALL
                 .iter()
                 .position(|algorithm| *algorithm == policy.algorithm())
-                .map_or(&self.several, |at| &self.one[at]),
-            _ => &self.several,
+                .map_or(&self.several_unmarked, |at| &self.one[at]),
+            _ => &self.several_unmarked,
         }
     }
 }
@@ -394,4 +401,70 @@ pub(crate) fn parse(reply: &[i64], policies: usize) -> Result<Vec<Answer>, Error
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Ban;
+
+    fn policy(name: &str, marked: bool) -> Policy {
+        let builder = Policy::builder(name, Algorithm::FixedWindow)
+            .limit(10)
+            .window(Duration::from_secs(60));
+        let builder = if marked {
+            builder.overrides(true)
+        } else {
+            builder
+        };
+        builder.build().expect("a valid policy")
+    }
+
+    fn source<'a>(scripts: &'a Scripts, policies: &[Policy], extra: &[String]) -> &'a str {
+        let call = Invocation {
+            policies,
+            keys: &[],
+            cost: 1,
+            now_us: None,
+            extra,
+        };
+        scripts.of(&call).source
+    }
+
+    #[test]
+    fn only_checks_of_marked_policies_carry_the_marks_code() {
+        let scripts = Scripts::new();
+        let (a, b) = (policy("a", false), policy("b", false));
+        let reserve = [RESERVE.to_owned()];
+        assert_eq!(
+            source(&scripts, &[a.clone(), b.clone()], &[]),
+            SEVERAL_UNMARKED
+        );
+        assert_eq!(
+            source(&scripts, std::slice::from_ref(&a), &reserve),
+            SEVERAL_UNMARKED
+        );
+        assert_eq!(
+            source(&scripts, std::slice::from_ref(&a), &[]),
+            one_source(Algorithm::FixedWindow)
+        );
+        assert_eq!(
+            source(&scripts, &[a.clone(), policy("m", true)], &[]),
+            SEVERAL
+        );
+        let banning = Policy::builder("ban", Algorithm::FixedWindow)
+            .limit(10)
+            .window(Duration::from_secs(60))
+            .ban(Ban::new(
+                3,
+                Duration::from_secs(60),
+                Duration::from_secs(600),
+            ))
+            .build()
+            .expect("a valid policy");
+        assert_eq!(source(&scripts, &[banning], &reserve), SEVERAL);
+        assert!(!SEVERAL_UNMARKED.contains("load_marks"));
+    }
 }
