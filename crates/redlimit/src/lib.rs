@@ -107,8 +107,9 @@
 /// per policy its algorithm tag, limit, window in milliseconds and burst. Reply: four integers
 /// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). A policy
 /// that takes overrides or bans marks its tag and adds keys and reply fields (see the comments
-/// at the head of `lua/several.lua`). For preloading with `SCRIPT LOAD`, or for measuring
-/// against.
+/// at the head of `lua/several.lua`); a check of several policies none of which is marked runs
+/// this script less the code that reads marks. For preloading with `SCRIPT LOAD`, or for
+/// measuring against.
 pub const SCRIPT: &str = backend::script::SEVERAL;
 
 /// The deadpool-redis this crate is built with, for [`RedisBackend::from_pool`].
