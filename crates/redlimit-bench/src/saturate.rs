@@ -77,10 +77,11 @@ fn contenders() -> Vec<Contender> {
         .window(Duration::from_secs(3_600))
         .build()
         .expect("a valid policy");
+    let two = [policy(Algorithm::FixedWindow, 100), per_hour];
     all.push(Contender {
         name: crate::decisions::TWO_POLICIES.to_owned(),
-        script: redlimit::SCRIPT,
-        args: redlimit(&[policy(Algorithm::FixedWindow, 100), per_hour]),
+        script: redlimit::script_of(&two),
+        args: redlimit(&two),
     });
     all
 }

@@ -112,6 +112,26 @@
 /// measuring against.
 pub const SCRIPT: &str = backend::script::SEVERAL;
 
+/// The Lua source of the script the Redis backend runs for a check of `policies` (one check,
+/// not a reservation): [`Algorithm::script`] for one policy, [`SCRIPT`] for several of which
+/// one takes overrides or bans, and [`SCRIPT`] less the code that reads marks for several
+/// that do not. For preloading with `SCRIPT LOAD`, or for measuring against.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, Policy};
+///
+/// let minute = Policy::builder("minute", Algorithm::FixedWindow)
+///     .limit(100)
+///     .window(Duration::from_secs(60))
+///     .build()?;
+/// assert_eq!(redlimit::script_of(std::slice::from_ref(&minute)), Algorithm::FixedWindow.script());
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
+pub fn script_of(policies: &[Policy]) -> &'static str {
+    backend::script::source_of(policies)
+}
+
 /// The deadpool-redis this crate is built with, for [`RedisBackend::from_pool`].
 pub use deadpool_redis;
 

@@ -198,22 +198,59 @@ impl Scripts {
         &self.inspect
     }
 
-    /// The script for the check `call`: the lean one for a single policy, unless it is a
-    /// reservation; for several, the one that reads marks only if a policy is marked.
+    /// The script for the check `call`.
     pub(crate) fn of(&self, call: &Invocation<'_>) -> &Script {
-        if call.policies.iter().any(Policy::needs_several) {
-            return &self.several;
+        match Which::of(call.policies, call.is_reservation()) {
+            Which::One(at) => &self.one[at],
+            Which::GcraDelay => &self.gcra_delay,
+            Which::Several => &self.several,
+            Which::SeveralUnmarked => &self.several_unmarked,
         }
-        match call.policies {
-            _ if call.is_reservation() => &self.several_unmarked,
-            [policy] if policy.max_delay_ms() > 0 => &self.gcra_delay,
+    }
+}
+
+/// Which script a check runs.
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    /// The lean one of a single policy's algorithm, by its place in [`Algorithm::ALL`].
+    One(usize),
+    GcraDelay,
+    /// Several policies, of which some are marked.
+    Several,
+    SeveralUnmarked,
+}
+
+impl Which {
+    /// The lean script for a single policy, unless the check is a `reservation`; for several,
+    /// the one that reads marks only if a policy is marked.
+    fn of(policies: &[Policy], reservation: bool) -> Self {
+        if policies.iter().any(Policy::needs_several) {
+            return Self::Several;
+        }
+        match policies {
+            _ if reservation => Self::SeveralUnmarked,
+            [policy] if policy.max_delay_ms() > 0 => Self::GcraDelay,
             [policy] => Algorithm::ALL
                 .iter()
                 .position(|algorithm| *algorithm == policy.algorithm())
-                .map_or(&self.several_unmarked, |at| &self.one[at]),
-            _ => &self.several_unmarked,
+                .map_or(Self::SeveralUnmarked, Self::One),
+            _ => Self::SeveralUnmarked,
         }
     }
+
+    const fn source(self) -> &'static str {
+        match self {
+            Self::One(at) => one_source(Algorithm::ALL[at]),
+            Self::GcraDelay => GCRA_DELAY,
+            Self::Several => SEVERAL,
+            Self::SeveralUnmarked => SEVERAL_UNMARKED,
+        }
+    }
+}
+
+/// The Lua source of the script a check of `policies` runs.
+pub(crate) fn source_of(policies: &[Policy]) -> &'static str {
+    Which::of(policies, false).source()
 }
 
 /// One check's `KEYS` and `ARGV`; `now_us` of `None` makes the script read Redis `TIME`.
@@ -466,5 +503,7 @@ mod tests {
             .expect("a valid policy");
         assert_eq!(source(&scripts, &[banning], &reserve), SEVERAL);
         assert!(!SEVERAL_UNMARKED.contains("load_marks"));
+        assert_eq!(source_of(&[a.clone(), b]), SEVERAL_UNMARKED);
+        assert_eq!(source_of(&[a]), Algorithm::FixedWindow.script());
     }
 }
