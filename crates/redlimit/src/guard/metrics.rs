@@ -1,5 +1,6 @@
 //! The guard's series in the [`metrics`] facade. Handles are registered once, when the guard is
-//! built, so a check costs an atomic increment per series, never a registry lookup.
+//! built (a concurrency policy's at its first acquire), so a check costs an atomic increment per
+//! series, never a registry lookup.
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
