@@ -9,7 +9,7 @@ use redlimit::{
 use redlimit_tests::{RedisServer, command_calls, commands_sent, http_get, serve};
 
 use crate::{
-    observability::{recorded, value, values},
+    observability::{decided, recorded, values},
     support::{T0, at_ms, both_backends, keyed_app},
 };
 
@@ -143,14 +143,7 @@ async fn every_instance_honours_a_ban_with_retry_after_of_the_ban() {
     assert_eq!(sent.commands, 0, "answered by the local block cache");
     assert_eq!(http_get(two, "/", &[("x-key", "k2")]).await.status, 200);
     let all = values(&snapshotter);
-    let decisions = |outcome: &str, reason: &str| {
-        let labels = [
-            ("policy", "login"),
-            ("outcome", outcome),
-            ("reason", reason),
-        ];
-        value(&all, "redlimit_decisions_total", &labels)
-    };
+    let decisions = |outcome, reason| decided(&all, "login", outcome, reason);
     assert_eq!(decisions("banned", "redis"), 1.0, "the ban, from Redis");
     assert_eq!(
         decisions("banned", "local_block"),

@@ -39,6 +39,17 @@ pub(crate) fn values(snapshotter: &Snapshotter) -> Vec<(CompositeKey, f64)> {
         .collect()
 }
 
+/// How many decisions of `policy` were counted as `outcome` by `reason`.
+pub(crate) fn decided(
+    all: &[(CompositeKey, f64)],
+    policy: &str,
+    outcome: &str,
+    reason: &str,
+) -> f64 {
+    let labels = [("policy", policy), ("outcome", outcome), ("reason", reason)];
+    value(all, "redlimit_decisions_total", &labels)
+}
+
 /// The value of the series `name` whose labels are exactly `labels`; 0 when never registered.
 pub(crate) fn value(all: &[(CompositeKey, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
     let matching: Vec<f64> = all
@@ -100,17 +111,7 @@ async fn every_counter_of_a_known_sequence_has_its_exact_value() {
     assert_eq!(send(&app, "/", "bob").await, 200, "circuit open: fail open");
 
     let all = values(&snapshotter);
-    let decisions = |outcome: &str, reason: &str| {
-        value(
-            &all,
-            "redlimit_decisions_total",
-            &[
-                ("policy", "fixed_window"),
-                ("outcome", outcome),
-                ("reason", reason),
-            ],
-        )
-    };
+    let decisions = |outcome, reason| decided(&all, "fixed_window", outcome, reason);
     assert_eq!(decisions("allowed", "redis"), 3.0);
     assert_eq!(decisions("near_limit", "redis"), 2.0);
     assert_eq!(decisions("limited", "redis"), 1.0);
@@ -180,17 +181,7 @@ async fn shadow_mode_lets_would_be_denials_pass_and_counts_them() {
         assert_eq!(send(&app, "/", "alice").await, 200);
     }
     let all = values(&snapshotter);
-    let count = |outcome: &str, reason: &str| {
-        value(
-            &all,
-            "redlimit_decisions_total",
-            &[
-                ("policy", "sliding_window_log"),
-                ("outcome", outcome),
-                ("reason", reason),
-            ],
-        )
-    };
+    let count = |outcome, reason| decided(&all, "sliding_window_log", outcome, reason);
     assert_eq!(count("limited", "shadow"), 7.0);
     assert_eq!(
         count("allowed", "redis") + count("near_limit", "redis"),
@@ -229,17 +220,7 @@ async fn concurrency_decisions_are_counted_under_the_concurrency_policy() {
     assert_eq!(down.reason, Reason::FailClosed);
 
     let all = values(&snapshotter);
-    let decisions = |outcome: &str, reason: &str| {
-        value(
-            &all,
-            "redlimit_decisions_total",
-            &[
-                ("policy", "in-flight"),
-                ("outcome", outcome),
-                ("reason", reason),
-            ],
-        )
-    };
+    let decisions = |outcome, reason| decided(&all, "in-flight", outcome, reason);
     assert_eq!(decisions("allowed", "redis"), 1.0);
     assert_eq!(decisions("near_limit", "redis"), 1.0);
     assert_eq!(decisions("limited", "redis"), 1.0);

@@ -217,10 +217,7 @@ impl MemoryBackend {
         now_us: u64,
     ) -> Inspected {
         // A client's override, if it has one, names the numbers (and key) in force.
-        let resolved = self
-            .overrides()
-            .resolve(keys, std::slice::from_ref(policy), client, now_us)
-            .and_then(|mut resolved| resolved.pop());
+        let resolved = self.overrides().in_force(keys, policy, client, now_us);
         let overridden = resolved
             .as_ref()
             .map(|resolved| (resolved.limit(), keys.key(resolved, client)));
@@ -252,10 +249,7 @@ impl MemoryBackend {
         now_us: u64,
     ) -> bool {
         // And the state under the client's override, if one is in force.
-        let overridden = self
-            .overrides()
-            .resolve(keys, std::slice::from_ref(policy), client, now_us)
-            .unwrap_or_default();
+        let overridden = self.overrides().in_force(keys, policy, client, now_us);
         let (client, mut shard) = self.shard_of(client);
         let mut live = false;
         for policy in std::iter::once(policy).chain(&overridden) {

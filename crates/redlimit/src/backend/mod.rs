@@ -390,14 +390,7 @@ impl Backend {
                 if let (Target::Client(client), true) = (&target, policy.takes_overrides()) {
                     names.push(keys.override_key(policy, client));
                 }
-                let call = Invocation {
-                    policies: std::slice::from_ref(policy),
-                    keys: &names,
-                    cost: 1,
-                    now_us: None,
-                    extra: &[],
-                };
-                redis.inspect(call).await?
+                redis.inspect(Invocation::of_keys(policy, &names)).await?
             }
         };
         let mut decision = decision(policy, inspected.answer, self.reason());
@@ -423,17 +416,17 @@ impl Backend {
                 Ok(memory.reset(keys, client, policy, Timestamp::now().as_micros()))
             }
             Self::Redis(redis) => {
-                let key = keys.key(policy, client);
-                let mut held = redis.delete(Invocation::of_key(policy, &key)).await?;
+                let mut names = vec![keys.key(policy, client)];
                 if policy.takes_overrides() {
-                    // And the key of the client's override, if one is in force.
+                    // And the key of the client's override, if one is in force: in the same
+                    // slot, so one DEL takes both.
                     let (in_force, _, _) =
                         self.inspect(keys, policy, Target::Client(client)).await?;
-                    if in_force != key {
-                        held |= redis.delete(Invocation::of_key(policy, &in_force)).await?;
+                    if in_force != names[0] {
+                        names.push(in_force);
                     }
                 }
-                Ok(held)
+                redis.delete(Invocation::of_keys(policy, &names)).await
             }
         }
     }

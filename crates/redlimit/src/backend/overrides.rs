@@ -53,6 +53,19 @@ impl Overrides {
             .is_some_and(|(_, expires_at_us)| expires_at_us > now_us)
     }
 
+    /// The policy `client` of `policy` is checked by at `now_us` when an override of it is in
+    /// force.
+    pub(crate) fn in_force(
+        &self,
+        keys: &KeyScheme,
+        policy: &Policy,
+        client: &str,
+        now_us: u64,
+    ) -> Option<Policy> {
+        self.resolve(keys, std::slice::from_ref(policy), client, now_us)?
+            .pop()
+    }
+
     /// The policies `client` is checked by at `now_us`: `None` when no policy takes overrides
     /// or none is overridden for it.
     pub(crate) fn resolve(

@@ -266,9 +266,14 @@ pub(crate) struct Invocation<'a> {
 impl<'a> Invocation<'a> {
     /// A command about one `key` of `policy` (a key name or a pattern), at Redis's time.
     pub(crate) fn of_key(policy: &'a Policy, key: &'a String) -> Self {
+        Self::of_keys(policy, std::slice::from_ref(key))
+    }
+
+    /// A command about `keys` of `policy`, all in one slot, at Redis's time.
+    pub(crate) fn of_keys(policy: &'a Policy, keys: &'a [String]) -> Self {
         Self {
             policies: std::slice::from_ref(policy),
-            keys: std::slice::from_ref(key),
+            keys,
             cost: 1,
             now_us: None,
             extra: &[],

@@ -488,12 +488,12 @@ impl GuardedLimiter {
                 let this = self.clone();
                 let client = client.to_owned();
                 let inside = span.clone();
+                let reserve = extras.reserve;
                 Check::waiting(
                     async move {
                         let sent = Instant::now();
                         let answer = this.inner.within_budget(answer).await;
                         this.inner.metrics.round_trip(sent.elapsed());
-                        let reserve = extras.reserve;
                         this.remote(answer, &client, cost, reserve, block, span)
                             .await
                     }
