@@ -33,8 +33,7 @@ fn main() {
                 .with_state(())
         };
         let limit = |style| {
-            RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy.clone()])
-                .expect("a valid layer")
+            RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy.clone()).build())
                 .key(HeaderKey::new("x-client").expect("a valid header"))
                 .headers(style)
         };

@@ -86,8 +86,8 @@ pub(crate) async fn replay(algorithm: Algorithm, times: &[u64]) -> Outcome {
     for at in times {
         let now = Timestamp::from_millis(T0_MS + at);
         let decision = limiter
-            .check_at(&policy, "client", 1, now)
-            .await
+            .check(&PolicySet::from(policy.clone()), "client").at(now)
+            .await.map(|d| d[0].clone())
             .expect("the memory backend decides");
         admitted.push(decision.allowed);
     }

@@ -74,13 +74,13 @@ impl Contender {
             }
             Self::Limiter(limiter, policy) => {
                 limiter
-                    .check(policy, client, 1)
-                    .await
+                    .check(&PolicySet::from(policy.clone()), client)
+                    .await.map(|d| d[0].clone())
                     .expect("redlimit check");
             }
             Self::Limiters(limiter, policies) => {
                 limiter
-                    .check_all(policies, client, 1)
+                    .check(&PolicySet::new(policies.iter().cloned()).expect("a valid set"), client)
                     .await
                     .expect("redlimit check_all");
             }

@@ -26,13 +26,10 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
     let contenders: Vec<(&str, Arc<Flood>)> = [("flood_cache", true), ("flood_no_cache", false)]
         .into_iter()
         .map(|(name, cache)| {
-            let guard = GuardedLimiter::new(
-                redis_limiter(url, name),
-                [policy(Algorithm::FixedWindow, 100)],
-            )
-            .expect("valid")
+            let guard = GuardedLimiter::builder(redis_limiter(url, name), policy(Algorithm::FixedWindow, 100))
             .budget(std::time::Duration::from_secs(2))
-            .block_cache(cache.then(BlockCache::default));
+            .block_cache(cache.then(BlockCache::default))
+            .build();
             let flood = Flood {
                 guard,
                 hot_allowed: AtomicU64::new(0),
@@ -50,7 +47,7 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
                 // 9 in 10 requests come from the one hot client.
                 let hot = !key.is_multiple_of(10);
                 let client = if hot { "hot" } else { clients[key].as_str() };
-                let allowed = flood.guard.check(client, 1).await.allowed();
+                let allowed = flood.guard.check(client).await.allowed();
                 let counter = if hot {
                     &flood.hot_allowed
                 } else {

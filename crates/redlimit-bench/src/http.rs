@@ -35,9 +35,9 @@ fn hello() -> Router {
 
 /// The limit every layered contender applies: fixed window, 100 per 60 s, per `x-client`.
 fn limit(limiter: Limiter) -> RateLimitLayer {
-    let guard = GuardedLimiter::new(limiter, [policy(Algorithm::FixedWindow, 100)])
-        .expect("a valid guard")
-        .budget(std::time::Duration::from_secs(2));
+    let guard = GuardedLimiter::builder(limiter, policy(Algorithm::FixedWindow, 100))
+        .budget(std::time::Duration::from_secs(2))
+        .build();
     RateLimitLayer::new(guard).key(HeaderKey::new("x-client").expect("a valid header"))
 }
 

@@ -14,8 +14,8 @@ pub(crate) async fn sliding_log_growth(url: &str) -> Vec<(u64, f64)> {
         let p = policy(Algorithm::SlidingWindowLog, limit);
         let client = format!("full-{limit}");
         let decision = limiter
-            .check_at(&p, &client, limit, now)
-            .await
+            .check(&PolicySet::from(p.clone()), &client).cost(limit).at(now)
+            .await.map(|d| d[0].clone())
             .expect("filling the log");
         assert!(decision.allowed && decision.remaining == 0);
         let key = limiter.keys().key(&p, &client);

@@ -5,7 +5,7 @@
 -- see marks.lua), limit, window (ms), burst; then optionally the idempotency window, then
 -- optionally 'r' for a reservation (refund.lua may give it back).
 -- Reply: four integers per policy, as one.lua; then the limit in force for each policy that
--- takes overrides; then for a reservation the time it was taken at (us). Nothing is consumed
+-- takes overrides; then for a reservation the time it was taken at (us; 0 for a retry). Nothing is consumed
 -- unless every policy admits; then each one's reply is its quota after the check, otherwise
 -- before it. A banned client is denied until its ban ends, and every denial by a policy that
 -- bans counts towards a ban.
@@ -81,6 +81,13 @@ if reserve then
   reply[#reply + 1] = now_us
 end
 if idem then
+  -- A retry takes nothing: the time it answers is 0, so it is never refunded.
+  if reserve then
+    reply[#reply] = 0
+  end
   remember(idem, reply, ARGV[3 + 4 * policies])
+  if reserve then
+    reply[#reply] = now_us
+  end
 end
 return reply

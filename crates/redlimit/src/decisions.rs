@@ -1,6 +1,6 @@
 use std::{ops::Deref, sync::Arc, time::Duration};
 
-use crate::{Decision, Error, Reason, RetryAfter};
+use crate::{Decision, Error, PolicySet, Reason, RetryAfter};
 
 /// The decisions of one check: one [`Decision`] per policy, in the order the policies were
 /// given, never empty. The request passes only if [`allowed`](Self::allowed).
@@ -44,6 +44,8 @@ pub struct Decisions {
 /// at, which names the window a refund is owed by.
 #[derive(Debug)]
 pub(crate) struct Reservation {
+    /// The policies it was checked by, which the refund gives back to.
+    pub(crate) set: PolicySet,
     pub(crate) client: Box<str>,
     pub(crate) cost: u64,
     pub(crate) at_us: u64,

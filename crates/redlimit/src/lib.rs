@@ -138,6 +138,7 @@ pub use deadpool_redis;
 mod algorithm;
 mod backend;
 mod ban;
+mod check_request;
 mod client_id;
 mod concurrency;
 mod config_error;
@@ -151,25 +152,29 @@ mod key_table;
 mod limiter;
 mod overrides;
 mod policy;
+mod policy_set;
 mod redact;
 mod timestamp;
 
 pub use self::{
     backend::{Backend, MemoryBackend, MemoryBackendBuilder, RedisBackend, RedisBackendBuilder},
     ban::Ban,
+    check_request::{CheckFuture, CheckRequest, RefundFuture, RefundRequest},
     concurrency::{ConcurrencyPolicy, ConcurrencyPolicyBuilder, Lease},
     config_error::ConfigError,
     decision::{Decision, Reason, RetryAfter},
     decisions::Decisions,
     error::{Error, ErrorKind},
     guard::{
-        BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardedLimiter, Stats, Waiting,
+        BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardBuilder, GuardedLimiter, Stats,
+        Waiting,
     },
     inspection::{Inspection, Scan},
     key::KeyScheme,
     limiter::Limiter,
     overrides::Override,
     policy::{Algorithm, Policy, PolicyBuilder},
+    policy_set::PolicySet,
     redact::redacted_url,
     timestamp::Timestamp,
 };

@@ -1,9 +1,10 @@
 use std::time::Duration;
 
 use crate::{
-    Backend, ConfigError, Decision, Decisions, Error, ErrorKind, KeyScheme, Override, Policy,
-    Timestamp,
-    backend::{Extras, Once, Started},
+    Backend, CheckRequest, ConfigError, Decisions, Error, ErrorKind, KeyScheme, Override, Policy,
+    PolicySet, RefundRequest, Timestamp,
+    backend::Started,
+    check_request::Options,
 };
 
 /// Checks requests against policies, on a [`Backend`].
@@ -13,20 +14,20 @@ use crate::{
 ///
 /// ```
 /// use std::time::Duration;
-/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let limiter = Limiter::new(MemoryBackend::default());
-/// let policy = Policy::builder("api", Algorithm::SlidingWindowLog)
+/// let api = PolicySet::from(Policy::builder("api", Algorithm::SlidingWindowLog)
 ///     .limit(2)
 ///     .window(Duration::from_secs(60))
-///     .build()?;
+///     .build()?);
 ///
-/// assert!(limiter.check(&policy, "203.0.113.9", 1).await?.allowed);
-/// assert!(limiter.check(&policy, "203.0.113.9", 1).await?.allowed);
-/// let third = limiter.check(&policy, "203.0.113.9", 1).await?;
-/// assert!(!third.allowed);
-/// assert_eq!(third.remaining, 0);
+/// assert!(limiter.check(&api, "203.0.113.9").await?.allowed());
+/// assert!(limiter.check(&api, "203.0.113.9").await?.allowed());
+/// let third = limiter.check(&api, "203.0.113.9").await?;
+/// assert!(!third.allowed());
+/// assert_eq!(third[0].remaining, 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
@@ -78,169 +79,68 @@ impl Limiter {
         &self.keys
     }
 
-    /// Checks one request of `cost` by `client` against `policy`, consuming if allowed.
-    /// Cost 0 peeks: it reports the quota without consuming.
-    ///
-    /// # Errors
-    /// See [`Error`]: the backend failed, timed out, or holds corrupt state for this client.
-    pub async fn check(&self, policy: &Policy, client: &str, cost: u64) -> Result<Decision, Error> {
-        self.one(policy, client, cost, None).await
-    }
-
-    /// As [`check`](Self::check), at an explicit time instead of the backend's clock: for tests
-    /// and deterministic replays.
-    ///
-    /// # Errors
-    /// As [`check`](Self::check).
-    pub async fn check_at(
-        &self,
-        policy: &Policy,
-        client: &str,
-        cost: u64,
-        now: Timestamp,
-    ) -> Result<Decision, Error> {
-        self.one(policy, client, cost, Some(now)).await
-    }
-
-    /// Checks several policies for one client in one round trip, all-or-nothing: the request is
-    /// allowed only if every policy allows it, and if any denies, none consumes.
-    ///
-    /// Returns one decision per policy, in order. A policy that would have admitted the request
-    /// reports `allowed` with its unchanged quota when another policy denied.
-    ///
-    /// # Errors
-    /// As [`check`](Self::check), and [`ErrorKind::InvalidInput`] for no policy or two policies
-    /// with the same name.
-    pub async fn check_all(
-        &self,
-        policies: &[Policy],
-        client: &str,
-        cost: u64,
-    ) -> Result<Decisions, Error> {
-        self.all(policies, client, cost, None).await
-    }
-
-    /// As [`check_all`](Self::check_all), at an explicit time instead of the backend's clock.
-    ///
-    /// # Errors
-    /// As [`check_all`](Self::check_all).
-    pub async fn check_all_at(
-        &self,
-        policies: &[Policy],
-        client: &str,
-        cost: u64,
-        now: Timestamp,
-    ) -> Result<Decisions, Error> {
-        self.all(policies, client, cost, Some(now)).await
-    }
-
-    /// As [`check_all`](Self::check_all), counted once per request `id` (an
-    /// `Idempotency-Key`): a retry within `window` (at most 24 hours) gets the first check's
-    /// decisions and consumes nothing more, decided in the same script call, so a retry whose
-    /// first reply was lost is not counted twice.
-    ///
-    /// # Errors
-    /// As [`check_all`](Self::check_all).
-    pub async fn check_once(
-        &self,
-        policies: &[Policy],
-        client: &str,
-        cost: u64,
-        id: &str,
-        window: Duration,
-    ) -> Result<Decisions, Error> {
-        validate(policies)?;
-        let extras = Extras {
-            once: Some(Once::new(id, window)),
-            reserve: false,
-        };
-        self.started(policies, client, cost, None, &extras).await
-    }
-
-    /// As [`check_all`](Self::check_all), keeping what an admitted check took refundable: for a
-    /// request that should count only if its response says so (a failed login, say), give it
-    /// back with [`refund`](Self::refund) once the response does not. On Redis it is one
-    /// script call, like a check (the script for several policies, whose reply says when it
-    /// took); policies in delay mode cannot be reserved.
+    /// A check of `set` (one policy converts with `PolicySet::from`) for `client`, of cost 1
+    /// at the backend's clock unless the request says otherwise (see [`CheckRequest`]);
+    /// awaited, one [`Decision`](crate::Decision) per policy, all or nothing.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let limiter = Limiter::new(MemoryBackend::default());
-    /// let logins = [Policy::builder("login", Algorithm::FixedWindow)
+    /// let logins = PolicySet::from(Policy::builder("login", Algorithm::FixedWindow)
     ///     .limit(3)
     ///     .window(Duration::from_secs(60))
-    ///     .build()?];
+    ///     .build()?);
     ///
-    /// let reserved = limiter.reserve(&logins, "alice", 1).await?;
+    /// let reserved = limiter.check(&logins, "alice").reserve().await?;
     /// assert_eq!(reserved[0].remaining, 2);
     /// // The password was right: this attempt does not count.
-    /// assert!(limiter.refund(&logins, &reserved, 1).await?);
-    /// assert_eq!(limiter.check_all(&logins, "alice", 0).await?[0].remaining, 3);
+    /// assert!(limiter.refund(&reserved, 1).await?);
+    /// assert_eq!(limiter.check(&logins, "alice").cost(0).await?[0].remaining, 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # }).unwrap();
     /// ```
     ///
     /// # Errors
-    /// As [`check_all`](Self::check_all), and [`ErrorKind::InvalidInput`] for a policy in delay
-    /// mode.
-    pub async fn reserve(
-        &self,
-        policies: &[Policy],
-        client: &str,
-        cost: u64,
-    ) -> Result<Decisions, Error> {
-        self.reserve_at(policies, client, cost, None).await
+    /// When awaited, see [`Error`]: the backend failed, timed out, or holds corrupt state for
+    /// this client; [`ErrorKind::InvalidInput`] for a reservation of a policy in delay mode.
+    pub fn check<'a>(&'a self, set: &'a PolicySet, client: &'a str) -> CheckRequest<'a, Self> {
+        CheckRequest::new(self, set, client)
     }
 
-    /// As [`reserve`](Self::reserve), at an explicit time instead of the backend's clock.
-    ///
-    /// # Errors
-    /// As [`reserve`](Self::reserve).
-    pub async fn reserve_at(
-        &self,
-        policies: &[Policy],
-        client: &str,
-        cost: u64,
-        now: Option<Timestamp>,
-    ) -> Result<Decisions, Error> {
-        validate_reservation(policies)?;
-        let extras = Extras {
-            once: None,
-            reserve: true,
-        };
-        self.started(policies, client, cost, now, &extras).await
-    }
-
-    /// Gives back `cost` (at most what it took) of what the reservation `reserved` of
-    /// `policies` took: each policy only to the state it counted in (a window that has since
-    /// ended is not credited to the next one), never below empty. Whether anything was given
-    /// back; a denied or failed-open reservation took nothing and gives nothing. Refund a
+    /// A refund of `cost` (at most what it took) of what the reservation `reserved` took: each
+    /// policy only to the state it counted in (a window that has since ended is not credited
+    /// to the next one), never below empty. Awaited, whether anything was given back; a
+    /// denied, failed-open or retried reservation took nothing and gives nothing. Refund a
     /// reservation once: a second refund would give back what other requests took.
     ///
     /// # Errors
-    /// As [`check`](Self::check).
-    pub async fn refund(
-        &self,
-        policies: &[Policy],
-        reserved: &Decisions,
-        cost: u64,
-    ) -> Result<bool, Error> {
-        self.refund_at(policies, reserved, cost, None).await
+    /// When awaited, as [`check`](Self::check).
+    pub fn refund<'a>(&'a self, reserved: &'a Decisions, cost: u64) -> RefundRequest<'a, Self> {
+        RefundRequest::new(self, reserved, cost)
     }
 
-    /// As [`refund`](Self::refund), at an explicit time instead of the backend's clock.
-    ///
-    /// # Errors
-    /// As [`check`](Self::check).
-    pub async fn refund_at(
+    /// Begins the check `set` of `client` with `options`.
+    pub(crate) fn start(&self, set: &PolicySet, client: &str, options: &Options<'_>) -> Started {
+        if options.reserve && set.is_delayed() {
+            return Started::Ready(Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "policy {:?} is in delay mode and cannot be reserved",
+                    set[0].name()
+                ),
+            )));
+        }
+        self.backend.start(&self.keys, set, client, options)
+    }
+
+    pub(crate) async fn refunded(
         &self,
-        policies: &[Policy],
         reserved: &Decisions,
         cost: u64,
-        now: Option<Timestamp>,
+        at: Option<Timestamp>,
     ) -> Result<bool, Error> {
         let Some(reservation) = reserved.reservation() else {
             return Ok(false);
@@ -249,10 +149,9 @@ impl Limiter {
         if cost == 0 {
             return Ok(false);
         }
-        validate_reservation(policies)?;
         let refunded = self
             .backend
-            .refund(&self.keys, policies, reservation, cost, now)
+            .refund(&self.keys, reservation, cost, at)
             .await?;
         Ok(refunded > 0)
     }
@@ -265,7 +164,7 @@ impl Limiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Override, Policy};
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Override, Policy, PolicySet};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// let limiter = Limiter::new(MemoryBackend::default());
@@ -276,10 +175,11 @@ impl Limiter {
     ///     .build()?;
     /// let day = Duration::from_secs(86_400);
     /// limiter.set_override(&api, "partner", Override::default().limit(1_000), day).await?;
-    /// assert_eq!(limiter.check(&api, "partner", 1).await?.limit, 1_000);
-    /// assert_eq!(limiter.check(&api, "anyone", 1).await?.limit, 10);
+    /// let set = PolicySet::from(api.clone());
+    /// assert_eq!(limiter.check(&set, "partner").await?[0].limit, 1_000);
+    /// assert_eq!(limiter.check(&set, "anyone").await?[0].limit, 10);
     /// assert!(limiter.clear_override(&api, "partner").await?);
-    /// assert_eq!(limiter.check(&api, "partner", 1).await?.limit, 10);
+    /// assert_eq!(limiter.check(&set, "partner").await?[0].limit, 10);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # }).unwrap();
     /// ```
@@ -321,85 +221,6 @@ impl Limiter {
             .clear_override(&self.keys, policy, client)
             .await
     }
-
-    async fn one(
-        &self,
-        policy: &Policy,
-        client: &str,
-        cost: u64,
-        now: Option<Timestamp>,
-    ) -> Result<Decision, Error> {
-        let decisions =
-            run(self
-                .backend
-                .start(&self.keys, policy, client, cost, now, &Extras::default()))
-            .await?;
-        let only = decisions.into_iter().next();
-        Ok(only.unwrap_or_else(|| unreachable!("one decision per policy")))
-    }
-
-    async fn all(
-        &self,
-        policies: &[Policy],
-        client: &str,
-        cost: u64,
-        now: Option<Timestamp>,
-    ) -> Result<Decisions, Error> {
-        validate(policies)?;
-        self.started(policies, client, cost, now, &Extras::default())
-            .await
-    }
-
-    /// A valid check of `policies` with `extras`, begun and awaited.
-    async fn started(
-        &self,
-        policies: &[Policy],
-        client: &str,
-        cost: u64,
-        now: Option<Timestamp>,
-        extras: &Extras,
-    ) -> Result<Decisions, Error> {
-        run(self
-            .backend
-            .start(&self.keys, policies, client, cost, now, extras))
-        .await
-    }
-}
-
-async fn run(started: Started) -> Result<Decisions, Error> {
-    match started {
-        Started::Ready(decided) => decided,
-        Started::Waiting(answer) => answer.await,
-    }
-}
-
-fn validate(policies: &[Policy]) -> Result<(), Error> {
-    if policies.is_empty() {
-        return Err(Error::new(ErrorKind::InvalidInput, "no policy to check"));
-    }
-    // Checks name few policies: comparing pairs costs less than hashing.
-    let twice = policies
-        .iter()
-        .enumerate()
-        .find(|(i, p)| policies[..*i].iter().any(|q| q.name() == p.name()));
-    if let Some((_, twice)) = twice {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!("policy {:?} is checked twice", twice.name()),
-        ));
-    }
-    if let Some(delayed) = policies.iter().find(|p| p.max_delay().is_some())
-        && policies.len() > 1
-    {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "policy {:?} is in delay mode and is checked alone",
-                delayed.name()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn takes_overrides(policy: &Policy) -> Result<(), Error> {
@@ -413,20 +234,4 @@ fn takes_overrides(policy: &Policy) -> Result<(), Error> {
             policy.name()
         ),
     ))
-}
-
-/// A valid check that a refund can give back: no policy in delay mode (whose slot a later
-/// request may already wait for).
-fn validate_reservation(policies: &[Policy]) -> Result<(), Error> {
-    validate(policies)?;
-    match policies.iter().find(|p| p.max_delay().is_some()) {
-        Some(delayed) => Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "policy {:?} is in delay mode and cannot be reserved",
-                delayed.name()
-            ),
-        )),
-        None => Ok(()),
-    }
 }

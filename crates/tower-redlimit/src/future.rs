@@ -29,7 +29,7 @@ pin_project! {
     ///     .limit(1)
     ///     .window(std::time::Duration::from_secs(1))
     ///     .build()?;
-    /// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy])?
+    /// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy).build())
     ///     .key(Global);
     /// let mut service = layer.layer(service_fn(|_: Request<()>| async {
     ///     Ok::<_, Infallible>(Response::new(String::new()))

@@ -1,8 +1,8 @@
-use std::{fmt, sync::Arc};
+use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Response, StatusCode, request::Parts};
-use redlimit::{ConcurrencyPolicy, ConfigError, GuardedLimiter, Limiter, Policy};
+use redlimit::{ConcurrencyPolicy, GuardedLimiter};
 use tower_layer::Layer;
 
 use crate::{
@@ -57,9 +57,10 @@ impl Default for MissingKey {
 ///     .limit(100)
 ///     .window(Duration::from_secs(60))
 ///     .build()?;
-/// let guard = GuardedLimiter::new(Limiter::new(MemoryBackend::default()), [policy])?
+/// let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy)
 ///     .failure(FailurePolicy::local())
-///     .budget(Duration::from_millis(20));
+///     .budget(Duration::from_millis(20))
+///     .build();
 /// let layer = RateLimitLayer::new(guard).headers(HeaderStyle::Both);
 /// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
 /// # Ok::<(), redlimit::ConfigError>(())
@@ -89,18 +90,6 @@ impl RateLimitLayer {
         Self {
             runtime: Arc::new(Runtime::new(guard, Arc::new(ClientIp::peer()))),
         }
-    }
-
-    /// Limits by `policies` on `limiter`, with the guard's defaults: fail open, a 50 ms budget,
-    /// the default circuit breaker and block cache. Use [`new`](Self::new) to set them.
-    ///
-    /// # Errors
-    /// [`ConfigError`] for no policy or a policy name given twice.
-    pub fn with_policies(
-        limiter: Limiter,
-        policies: impl IntoIterator<Item = Policy>,
-    ) -> Result<Self, ConfigError> {
-        Ok(Self::new(GuardedLimiter::new(limiter, policies)?))
     }
 
     fn runtime(&mut self) -> &mut Runtime {
@@ -170,7 +159,7 @@ impl RateLimitLayer {
     ///     .window(std::time::Duration::from_secs(60))
     ///     .build()?;
     /// let two_at_once = ConcurrencyPolicy::builder("in-flight").limit(2).build()?;
-    /// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [per_minute])?
+    /// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), per_minute).build())
     ///     .concurrency(two_at_once);
     /// # Ok::<(), redlimit::ConfigError>(())
     /// ```
@@ -216,8 +205,9 @@ impl RateLimitLayer {
     ///         .limit(limit)
     ///         .window(Duration::from_secs(60))
     ///         .build()?;
-    ///     GuardedLimiter::new(limiter.clone(), [policy])
-    /// };
+    ///     GuardedLimiter::builder(limiter.clone(), policy)
+    ///
+    ///.build() };
     /// let free = per_minute("free", 10)?;
     /// let pro = per_minute("pro", 1_000)?;
     /// let layer = RateLimitLayer::new(free)
@@ -237,21 +227,29 @@ impl RateLimitLayer {
     }
 
     /// Retries counted once: a request carrying header `name` (such as `Idempotency-Key`) is
-    /// checked with [`GuardedLimiter::check_once`], so a retry within the guard's
-    /// [`idempotency_window`](GuardedLimiter::idempotency_window) gets the first decision and
-    /// consumes nothing more. Requests without it are checked as usual. Defaults to none.
+    /// checked [once](redlimit::CheckRequest::once) per value, so a retry within the
+    /// [`idempotency_window`](Self::idempotency_window) gets the first decision and consumes
+    /// nothing more. Requests without it are checked as usual. Works with
+    /// [`count_when`](Self::count_when) and [`settle`](Self::settle): a retry is decided once
+    /// and its first request refunded once. Defaults to none.
     pub fn idempotency_key(mut self, name: HeaderName) -> Self {
         self.runtime().idempotency = Some(name);
         self
     }
 
+    /// How long [`idempotency_key`](Self::idempotency_key) remembers a request id's first
+    /// decision: 1 ms to 24 hours. Defaults to the shortest window of the guard's policies.
+    pub fn idempotency_window(mut self, window: Duration) -> Self {
+        self.runtime().once_window = Some(window);
+        self
+    }
+
     /// Counts only the requests whose response `counts` says so, such as failed logins: each
-    /// check reserves its cost (see [`GuardedLimiter::reserve`]), and a response that does
+    /// check [reserves](redlimit::CheckRequest::reserve) its cost, and a response that does
     /// not count gives it back before it is sent (one more backend command, only for those
     /// responses). Concurrent requests cannot overrun the limit while their responses are
     /// pending, a refund never gives back more than its request took, and during a backend
-    /// outage the failure policy answers and every request counts. Replaces
-    /// [`idempotency_key`](Self::idempotency_key)'s counting once. Defaults to counting every
+    /// outage the failure policy answers and every request counts. Defaults to counting every
     /// request.
     ///
     /// ```
@@ -263,7 +261,7 @@ impl RateLimitLayer {
     ///     .limit(5)
     ///     .window(Duration::from_secs(900))
     ///     .build()?;
-    /// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [logins])?
+    /// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), logins).build())
     ///     .count_when(|status, _| status.is_client_error() || status.is_server_error());
     /// # Ok::<(), redlimit::ConfigError>(())
     /// ```

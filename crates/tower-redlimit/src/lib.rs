@@ -18,9 +18,10 @@
 //!         .limit(60)
 //!         .window(Duration::from_secs(60))
 //!         .build()?;
-//!     let guard = GuardedLimiter::new(limiter, [per_minute])?
+//!     let guard = GuardedLimiter::builder(limiter, per_minute)
 //!         .failure(FailurePolicy::local())    // defaults to Open
-//!         .budget(Duration::from_millis(20)); // defaults to 50 ms
+//!         .budget(Duration::from_millis(20))
+//!         .build(); // defaults to 50 ms
 //!     let layer = RateLimitLayer::new(guard)
 //!         .key(ClientIp::behind_proxies(["10.0.0.0/8"])?); // defaults to the peer address
 //!     Ok(Router::new().route("/", get(|| async { "hello" })).layer(layer))

@@ -20,7 +20,7 @@ use crate::headers::seconds_up;
 ///     .limit(10)
 ///     .window(Duration::from_secs(1))
 ///     .build()?;
-/// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy])?
+/// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy).build())
 ///     .rejection(|rejected: &Rejected<'_>| {
 ///         let mut response = Response::new(Bytes::from(format!("slow down: {}", rejected.message())));
 ///         *response.status_mut() = rejected.status();

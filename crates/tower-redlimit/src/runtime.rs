@@ -1,7 +1,7 @@
 //! What every service of one layer shares while it runs: the guard, the key and cost rules, and
 //! how answers are written.
 
-use std::{borrow::Cow, sync::Arc};
+use std::{borrow::Cow, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header, request::Parts};
@@ -41,6 +41,9 @@ pub(crate) struct Runtime {
     /// Other guards a request may be limited by, chosen by `choose`.
     /// The header carrying a request id, whose retries are counted once.
     pub(crate) idempotency: Option<HeaderName>,
+    /// How long a request id's first decision is remembered; `None`: the shortest window of
+    /// the guard's policies.
+    pub(crate) once_window: Option<Duration>,
     /// Counting by response: checks reserve, and what the response says not to count is
     /// refunded.
     pub(crate) settle: Option<Arc<SettleFn>>,
@@ -73,6 +76,7 @@ impl Runtime {
             deny: None,
             deny_status: StatusCode::FORBIDDEN,
             idempotency: None,
+            once_window: None,
             settle: None,
             tier_guards: Vec::new(),
             choose: None,
@@ -135,22 +139,26 @@ impl Runtime {
         self.concurrency = Some(policy);
     }
 
-    /// The check of `request` by `key`: a reservation when responses settle what counts,
-    /// else counted once per request id when the layer reads one and the request carries it.
+    /// The check of `request` by `key`: counted once per request id when the layer reads one
+    /// and the request carries it, and a reservation when responses settle what counts.
     pub(crate) fn check(&self, request: &Parts, key: &str) -> Check {
-        let cost = self.cost_of(request);
-        if self.settle.is_some() {
-            return self.guard.reserve(key, cost);
-        }
+        let mut check = self.guard.check(key).cost(self.cost_of(request));
         let id = self
             .idempotency
             .as_ref()
             .and_then(|name| request.headers.get(name)?.to_str().ok())
             .filter(|id| !id.is_empty());
-        match id {
-            Some(id) => self.guard.check_once(key, cost, id),
-            None => self.guard.check(key, cost),
+        if let Some(id) = id {
+            let window = self.once_window.unwrap_or_else(|| {
+                let windows = self.guard.policies().iter().map(|p| p.window());
+                windows.min().unwrap_or_default()
+            });
+            check = check.once(id, window);
         }
+        if self.settle.is_some() {
+            check = check.reserve();
+        }
+        check.start()
     }
 
     /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit.

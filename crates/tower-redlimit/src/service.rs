@@ -30,7 +30,7 @@ use crate::{
 ///     .limit(1)
 ///     .window(Duration::from_secs(60))
 ///     .build()?;
-/// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy])?
+/// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy).build())
 ///     .key(Global);
 /// let service = layer.layer(service_fn(|_: Request<()>| async {
 ///     Ok::<_, Infallible>(Response::new(String::from("hello")))

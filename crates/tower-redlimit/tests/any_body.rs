@@ -15,8 +15,7 @@ use tower_http::compression::CompressionLayer;
 use tower_redlimit::{Global, RateLimitLayer};
 
 fn layer() -> RateLimitLayer {
-    RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [support::policy(1)])
-        .expect("valid")
+    RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), support::policy(1)).build())
         .key(Global)
 }
 

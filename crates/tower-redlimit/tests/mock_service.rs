@@ -21,8 +21,7 @@ fn limited(layer: RateLimitLayer) -> (RateLimit<Mock>, Handle) {
 }
 
 fn in_memory(limit: u64) -> RateLimitLayer {
-    RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy(limit)])
-        .expect("valid")
+    RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy(limit)).build())
 }
 
 /// A guard whose checks wait for a Redis that refuses connections (a closed loopback port), so
@@ -35,10 +34,10 @@ fn waiting() -> RateLimitLayer {
         .budget(Duration::from_secs(5))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::new(Limiter::new(redis), [policy(10)])
-        .expect("valid")
+    let guard = GuardedLimiter::builder(Limiter::new(redis), policy(10))
         .failure(FailurePolicy::Open)
-        .budget(Duration::from_secs(5));
+        .budget(Duration::from_secs(5))
+        .build();
     RateLimitLayer::new(guard)
 }
 

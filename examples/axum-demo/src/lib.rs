@@ -69,11 +69,12 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
     let mut router = Router::new();
     for route in &config.routes {
         let at = |e: &dyn std::fmt::Display| ConfigFileError(format!("route {}: {e}", route.path));
-        let guard = GuardedLimiter::new(limiter.clone(), [route.policy()?])
+        let guard = GuardedLimiter::builder(limiter.clone(), route.policy()?)
             .map_err(|e| at(&e))?
             .failure(route.failure.unwrap_or(config.failure).policy())
             .budget(route.budget.unwrap_or(config.budget))
-            .shadow(route.shadow);
+            .shadow(route.shadow)
+            .build();
         let mut layer = RateLimitLayer::new(guard).headers(config.headers);
         let list = |top: &[String], own: &[String]| {
             AccessList::new(top.iter().chain(own))
@@ -96,11 +97,12 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
             let names: Vec<String> = route.limits.keys().cloned().collect();
             let mut tiers = Vec::new();
             for tier in &names {
-                let guard = GuardedLimiter::new(limiter.clone(), [route.tier_policy(tier)?])
+                let guard = GuardedLimiter::builder(limiter.clone(), route.tier_policy(tier)?)
                     .map_err(|e| at(&e))?
                     .failure(route.failure.unwrap_or(config.failure).policy())
                     .budget(route.budget.unwrap_or(config.budget))
-                    .shadow(route.shadow);
+                    .shadow(route.shadow)
+                    .build();
                 tiers.push(guard);
             }
             layer = layer.tiers(tiers, tier_chooser(config, names)?);

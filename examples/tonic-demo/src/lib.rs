@@ -61,7 +61,7 @@ pub fn layer(limiter: Limiter, limit: u64) -> Result<RateLimitLayer, ConfigError
         .limit(limit)
         .window(Duration::from_secs(60))
         .build()?;
-    Ok(RateLimitLayer::with_policies(limiter, [per_key])?
+    Ok(RateLimitLayer::new(GuardedLimiter::builder(limiter, per_key).build())
         .key(HeaderKey::new("x-api-key")?)
         .missing_key(MissingKey::Shared("anonymous".to_owned())))
 }

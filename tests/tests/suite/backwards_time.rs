@@ -42,8 +42,8 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn decide(limiter: &Limiter, p: &Policy, cost: u64, ms: u64) -> Decision {
     limiter
-        .check_at(p, "client", cost, at_ms(T0 + ms))
-        .await
+        .check(&PolicySet::from(p.clone()), "client").cost(cost).at(at_ms(T0 + ms))
+        .await.map(|d| d[0].clone())
         .expect("a decision")
 }
 
@@ -162,8 +162,8 @@ async fn the_reported_sequences_admit_the_limit_and_no_more() {
             for (cost, ms) in [(5, t + 1), (1, t), (1, t + 2), (1, t), (1, t + 3)] {
                 let at = Timestamp::from_millis(T0 + ms);
                 if limiter
-                    .check_at(&p, "c", cost, at)
-                    .await
+                    .check(&PolicySet::from(p.clone()), "c").cost(cost).at(at)
+                    .await.map(|d| d[0].clone())
                     .expect("check")
                     .allowed
                 {

@@ -31,7 +31,7 @@ fn banning(max: Option<Duration>) -> Policy {
 
 /// The retry of one check at `at` (ms): `None` when allowed.
 async fn retry_at(limiter: &Limiter, p: &Policy, at: u64) -> Option<u64> {
-    let d = limiter.check_at(p, "c", 1, at_ms(at)).await.expect("check");
+    let d = limiter.check(&PolicySet::from(p.clone()), "c").at(at_ms(at)).await.map(|d| d[0].clone()).expect("check");
     match d.retry_after {
         None => None,
         Some(RetryAfter::After(wait)) => Some(u64::try_from(wait.as_millis()).expect("small")),
@@ -68,8 +68,8 @@ async fn the_fourth_denial_bans_for_ten_minutes_and_a_repeat_doubles_it() {
             "{backend}"
         );
         let during = limiter
-            .check_at(&p, "c", 1, at_ms(T0 + 62_000))
-            .await
+            .check(&PolicySet::from(p.clone()), "c").at(at_ms(T0 + 62_000))
+            .await.map(|d| d[0].clone())
             .expect("check");
         assert!(during.banned && !during.allowed, "{backend}: {during:?}");
         let free = banned_at + 600_000;
@@ -99,8 +99,8 @@ async fn without_a_max_every_ban_lasts_the_same_and_other_clients_are_not_banned
         }
         assert_eq!(last, Some(600_000), "{backend}: not doubled");
         let other = limiter
-            .check_at(&p, "other", 1, at_ms(T0 + 10))
-            .await
+            .check(&PolicySet::from(p.clone()), "other").at(at_ms(T0 + 10))
+            .await.map(|d| d[0].clone())
             .expect("check");
         assert!(other.allowed, "{backend}");
     }
@@ -112,10 +112,10 @@ async fn every_instance_honours_a_ban_with_retry_after_of_the_ban() {
     let p = banning(None);
     let clock = || Arc::new(|| Timestamp::from_millis(T0)) as redlimit::Clock;
     let guard = |limiter: Limiter| {
-        GuardedLimiter::new(limiter, [p.clone()])
-            .expect("a guard")
+        GuardedLimiter::builder(limiter, p.clone())
             .budget(Duration::from_secs(5))
             .clock(clock())
+            .build()
     };
     // Two instances, each on its own connections, served over HTTP; the second's metrics are
     // recorded.

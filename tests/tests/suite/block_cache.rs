@@ -20,10 +20,10 @@ fn guarded(
         .window(std::time::Duration::from_secs(10))
         .build()
         .expect("valid");
-    GuardedLimiter::new(limiter, [p, second])
-        .expect("valid")
+    GuardedLimiter::builder(limiter, PolicySet::new([p, second]).expect("valid"))
         .clock(clock.clock())
         .block_cache(cache.then(|| BlockCache::new(1_000)))
+        .build()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,8 +59,8 @@ async fn the_same_checks_get_the_same_answers_with_and_without_the_cache() {
             };
             let cost = (seed >> 8) % 7;
             clock.advance_millis((seed >> 16) % 40);
-            let with = cached.check(&client, cost).await;
-            let without = plain.check(&client, cost).await;
+            let with = cached.check(&client).cost(cost).await;
+            let without = plain.check(&client).cost(cost).await;
             // The answer is the same; a denied check consumes nothing either way, so the state
             // on Redis stays the same too, and every later step is compared on equal terms.
             assert_eq!(

@@ -57,7 +57,7 @@ async fn ten_thousand_clients_spread_over_all_three_primaries() {
     let both = [p, policy(Algorithm::Gcra, 10, 3_600_000, None)];
     for client in 0..10_000 {
         let d = limiter
-            .check_all_at(&both, &format!("client-{client}"), 1, at_ms(T0))
+            .check(&PolicySet::new(both.iter().cloned()).expect("a valid set"), &format!("client-{client}")).at(at_ms(T0))
             .await
             .expect("no CROSSSLOT: both policies of a client share its slot");
         assert!(d.iter().all(|d| d.allowed));
@@ -112,7 +112,7 @@ async fn a_killed_primary_is_replaced_and_no_check_hangs() {
             while !done.load(Ordering::SeqCst) {
                 for client in &healthy {
                     let during = replacing.load(Ordering::SeqCst);
-                    let decided = guard.check(client, 1).await;
+                    let decided = guard.check(client).await;
                     if during && replacing.load(Ordering::SeqCst) {
                         all += 1;
                         redis += u64::from(decided[0].reason == Reason::Redis);
@@ -172,7 +172,7 @@ async fn overrides_and_refunds_on_the_cluster() {
         let mut passed = 0;
         for i in 0..4 {
             let d = limiter
-                .check_all_at(&p, client, 1, at_ms(T0 + i))
+                .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), client).at(at_ms(T0 + i))
                 .await
                 .expect("check");
             assert_eq!(d[0].limit, 3, "{client}");
@@ -193,8 +193,8 @@ async fn overrides_and_refunds_on_the_cluster() {
         );
     }
     let reserved = limiter
-        .reserve_at(&p, "e", 1, Some(at_ms(T0)))
+        .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "e").reserve().at(at_ms(T0))
         .await
         .expect("reserve");
-    assert!(limiter.refund(&p, &reserved, 1).await.expect("refund"));
+    assert!(limiter.refund(&reserved, 1).await.expect("refund"));
 }

@@ -27,8 +27,8 @@ pub(crate) async fn exactly_the_limit(new_limiter: impl Fn() -> Limiter) {
                     for _ in 0..3 {
                         // One explicit instant: nothing refills and no window ends mid-test.
                         let d = limiter
-                            .check_at(&p, "hot", 1, at_ms(T0))
-                            .await
+                            .check(&PolicySet::from(p.clone()), "hot").at(at_ms(T0))
+                            .await.map(|d| d[0].clone())
                             .expect("check");
                         admitted += u64::from(d.allowed);
                     }

@@ -45,16 +45,16 @@ async fn slots_are_reserved_one_interval_apart_on_redis_and_in_memory() {
             );
             for i in 0..admitted {
                 let d = limiter
-                    .check_at(&policy, "c", 1, at_ms(T0))
-                    .await
+                    .check(&PolicySet::from(policy.clone()), "c").at(at_ms(T0))
+                    .await.map(|d| d[0].clone())
                     .expect("check");
                 assert!(d.allowed, "{backend} {max_delay_ms}: #{i}");
                 let wait = i.saturating_sub(9) * 100;
                 assert_eq!(d.delay, Duration::from_millis(wait), "{backend} #{i}");
             }
             let over = limiter
-                .check_at(&policy, "c", 1, at_ms(T0))
-                .await
+                .check(&PolicySet::from(policy.clone()), "c").at(at_ms(T0))
+                .await.map(|d| d[0].clone())
                 .expect("check");
             assert!(!over.allowed, "{backend} {max_delay_ms}");
             assert_eq!(over.delay, Duration::ZERO);
@@ -97,8 +97,8 @@ async fn delay_mode_is_gcra_alone_within_an_hour() {
     let other = builder(Algorithm::FixedWindow).build().expect("valid");
     let limiter = Limiter::new(MemoryBackend::default());
     let pair = [delayed("d", Duration::from_secs(1)), other.clone()];
-    assert!(limiter.check_all(&pair, "c", 1).await.is_err());
-    let guard = GuardedLimiter::new(limiter, pair);
+    assert!(limiter.check(&PolicySet::new(pair.iter().cloned()).expect("a valid set"), "c").await.is_err());
+    let guard = GuardedLimiter::builder(limiter, PolicySet::new(pair)).build();
     assert!(matches!(
         guard,
         Err(ConfigError::Conflict {
@@ -120,10 +120,10 @@ async fn instance(
         .budget(Duration::from_secs(5))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::new(Limiter::new(backend), [policy.clone()])
-        .expect("a guard")
+    let guard = GuardedLimiter::builder(Limiter::new(backend), policy.clone())
         .budget(Duration::from_secs(5))
-        .clock(clock.clock());
+        .clock(clock.clock())
+        .build();
     let served = Arc::clone(served);
     let handler = move || {
         let served = Arc::clone(&served);
@@ -223,9 +223,9 @@ async fn waiters_whose_clients_go_away_stop_at_once_and_are_never_served() {
         .max_delay(Duration::from_secs(3_600))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::new(Limiter::new(MemoryBackend::default()), [policy])
-        .expect("a guard")
-        .max_waiting(100);
+    let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy)
+        .max_waiting(100)
+        .build();
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&calls);
     let inner = service_fn(move |_: Request<()>| {

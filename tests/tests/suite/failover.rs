@@ -33,11 +33,11 @@ pub(crate) struct Seen {
 /// A guarded limiter that fails open, on `limiter`.
 pub(crate) fn guarded(limiter: Limiter) -> GuardedLimiter {
     let p = policy(redlimit::Algorithm::Gcra, 1_000_000, 60_000, None);
-    GuardedLimiter::new(limiter, [p])
-        .expect("valid")
+    GuardedLimiter::builder(limiter, p)
         .failure(FailurePolicy::Open)
         .budget(BUDGET)
         .circuit_breaker(CircuitBreaker::new(3, Duration::from_millis(300)))
+        .build()
 }
 
 /// Runs 8 tasks of checks on the `client` key while `fail_over` kills the primary and waits for
@@ -60,7 +60,7 @@ pub(crate) async fn checks_through_failover<T: Send + 'static>(
                 while !stop.load(Ordering::SeqCst) && started.elapsed() < LIMIT {
                     let after_promotion = promoted.load(Ordering::SeqCst);
                     let begun = Instant::now();
-                    let checked = guard.check(&client, 1).await;
+                    let checked = guard.check(&client).await;
                     let took = begun.elapsed();
                     seen.checks += 1;
                     seen.slowest = seen.slowest.max(took);
@@ -104,7 +104,7 @@ pub(crate) async fn checks_through_failover<T: Send + 'static>(
 /// on a Cluster another client's keys may live on a primary that never failed (each range of
 /// slots has a circuit of its own).
 async fn recovered(guard: &GuardedLimiter, client: &str) -> bool {
-    guard.check(client, 0).await[0].reason == Reason::Redis
+    guard.check(client).cost(0).await[0].reason == Reason::Redis
 }
 
 /// The assertions every failover test makes.

@@ -20,7 +20,7 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
         let what = format!("{name} {algorithm}");
         let client = "client {1}";
         for _ in 0..2 {
-            assert!(limiter.check(&p, client, 1).await.expect("check").allowed);
+            assert!(limiter.check(&PolicySet::from(p.clone()), client).await.map(|d| d[0].clone()).expect("check").allowed);
         }
         for _ in 0..2 {
             let seen = limiter.inspect(&p, client).await.expect("inspect");
@@ -36,7 +36,7 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
             assert!(!seen.state.is_empty(), "{what}");
             assert_eq!(seen.client(), "client%20%7B1%7D", "{what}: the escaped tag");
         }
-        assert!(limiter.check(&p, client, 1).await.expect("check").allowed);
+        assert!(limiter.check(&PolicySet::from(p.clone()), client).await.map(|d| d[0].clone()).expect("check").allowed);
         let full = limiter.inspect(&p, client).await.expect("inspect");
         assert!(!full.decision.allowed, "{what}: a 4th would be denied");
         assert!(
@@ -51,13 +51,13 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
         let other = policy(algorithm, 4, 60_000, None);
         assert!(
             limiter
-                .check(&other, client, 1)
-                .await
+                .check(&PolicySet::from(other.clone()), client)
+                .await.map(|d| d[0].clone())
                 .expect("check")
                 .allowed
         );
         assert!(
-            limiter.check(&p, client, 1).await.expect("check").allowed,
+            limiter.check(&PolicySet::from(p.clone()), client).await.map(|d| d[0].clone()).expect("check").allowed,
             "{what}: counts again from zero"
         );
     }
@@ -100,11 +100,11 @@ async fn a_scan_of_a_cluster_finds_every_key_on_every_primary() {
     for client in 0..300_u64 {
         for _ in 0..=(client % 5) {
             limiter
-                .check(&p, &format!("c{client}"), 1)
-                .await
+                .check(&PolicySet::from(p.clone()), &format!("c{client}"))
+                .await.map(|d| d[0].clone())
                 .expect("check");
         }
-        limiter.check(&unrelated, "x", 1).await.expect("check");
+        limiter.check(&PolicySet::from(unrelated.clone()), "x").await.map(|d| d[0].clone()).expect("check");
     }
     let scan = limiter.scan(&p, 100).await.expect("scan");
     assert!(scan.complete);

@@ -18,9 +18,9 @@ fn layer() -> RateLimitLayer {
         .build()
         .expect("valid");
     // Windows aligned to the clock: retry waits are exact.
-    let guard = GuardedLimiter::new(Limiter::new(MemoryBackend::default()), [p])
-        .expect("guard")
-        .clock(TestClock::at_millis(T0).clock());
+    let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), p)
+        .clock(TestClock::at_millis(T0).clock())
+        .build();
     RateLimitLayer::new(guard).key(Global)
 }
 
@@ -196,9 +196,9 @@ async fn the_cost_of_a_request_comes_from_the_cost_closure() {
         .window(Duration::from_secs(60))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::new(Limiter::new(MemoryBackend::default()), [p])
-        .expect("guard")
-        .clock(TestClock::at_millis(T0).clock());
+    let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), p)
+        .clock(TestClock::at_millis(T0).clock())
+        .build();
     let layer = RateLimitLayer::new(guard)
         .key(Global)
         // Bulk requests cost what they say; everything else costs 1.
@@ -242,14 +242,14 @@ async fn the_cost_of_a_request_comes_from_the_cost_closure() {
 #[test]
 fn layer_configuration_mistakes_are_config_errors() {
     let limiter = Limiter::new(MemoryBackend::default());
-    let err = RateLimitLayer::with_policies(limiter.clone(), []).expect_err("no policy");
+    let err = RateLimitLayer::new(GuardedLimiter::builder(limiter.clone(), PolicySet::new([])).build()).expect_err("no policy");
     assert_eq!(err.to_string(), "policies is required");
     let p = Policy::builder("p", Algorithm::Gcra)
         .limit(1)
         .window(Duration::from_secs(1))
         .build()
         .expect("valid");
-    let err = RateLimitLayer::with_policies(limiter, [p.clone(), p]).expect_err("twice");
+    let err = RateLimitLayer::new(GuardedLimiter::builder(limiter, PolicySet::new([p.clone(), p])).build()).expect_err("twice");
     assert_eq!(err.to_string(), "policies has \"p\" twice");
     assert!(tower_redlimit::ClientIp::behind_proxies(["10.0.0.0/40"]).is_err());
     assert!(tower_redlimit::HeaderKey::new("not a header").is_err());

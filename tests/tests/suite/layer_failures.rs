@@ -33,14 +33,11 @@ async fn app_on(url: String, failure: FailurePolicy) -> SocketAddr {
         .budget(Duration::from_secs(1))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::new(
-        Limiter::new(backend),
-        [policy(Algorithm::Gcra, 1_000, 60_000, None)],
-    )
-    .expect("guard")
+    let guard = GuardedLimiter::builder(Limiter::new(backend), policy(Algorithm::Gcra, 1_000, 60_000, None))
     .failure(failure)
     .budget(BUDGET)
-    .circuit_breaker(CircuitBreaker::new(3, COOLDOWN));
+    .circuit_breaker(CircuitBreaker::new(3, COOLDOWN))
+    .build();
     let layer = RateLimitLayer::new(guard);
     serve(Router::new().route("/", get(reason)).layer(layer)).await
 }

@@ -68,9 +68,9 @@ async fn header_values_on_the_first_nth_and_one_over_the_limit_are_exact() {
     for (algorithm, first, third, fourth, retry) in EXPECTED {
         let p = policy(algorithm, 3, 60_000, None);
         let name = p.name().to_owned();
-        let guard = GuardedLimiter::new(server.limiter(), [p])
-            .expect("guard")
-            .clock(TestClock::at_millis(T0).clock());
+        let guard = GuardedLimiter::builder(server.limiter(), p)
+            .clock(TestClock::at_millis(T0).clock())
+            .build();
         let layer = RateLimitLayer::new(guard).headers(HeaderStyle::Both);
         let address = serve(app(layer)).await;
         let mut responses = Vec::new();
@@ -123,9 +123,9 @@ async fn the_first_exhausted_policy_denies_and_the_others_keep_their_quota() {
         .build()
         .expect("valid");
     let per_minute = policy(Algorithm::SlidingWindowLog, 5, 60_000, None);
-    let guard = GuardedLimiter::new(server.limiter(), [per_second, per_minute])
-        .expect("guard")
-        .clock(clock.clock());
+    let guard = GuardedLimiter::builder(server.limiter(), PolicySet::new([per_second, per_minute]).expect("guard"))
+        .clock(clock.clock())
+        .build();
     let layer = RateLimitLayer::new(guard);
     let address = serve(app(layer)).await;
     let mut seen = Vec::new();
@@ -185,9 +185,9 @@ async fn statuses(address: std::net::SocketAddr, forwarded: &[&str]) -> Vec<u16>
 
 fn limited_app(server: &RedisServer, key: ClientIp, prefix: &str) -> Router {
     let limiter = Limiter::with_prefix(server.backend(), prefix).expect("prefix");
-    let guard = GuardedLimiter::new(limiter, [policy(Algorithm::FixedWindow, 2, 60_000, None)])
-        .expect("guard")
-        .clock(TestClock::at_millis(T0).clock());
+    let guard = GuardedLimiter::builder(limiter, policy(Algorithm::FixedWindow, 2, 60_000, None))
+        .clock(TestClock::at_millis(T0).clock())
+        .build();
     let layer = RateLimitLayer::new(guard).key(key);
     app(layer)
 }

@@ -163,9 +163,9 @@ async fn instance(
         .window(Duration::from_secs(60))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::new(Limiter::new(backend), [generous])
-        .expect("a guard")
-        .budget(Duration::from_secs(5));
+    let guard = GuardedLimiter::builder(Limiter::new(backend), generous)
+        .budget(Duration::from_secs(5))
+        .build();
     let layer = RateLimitLayer::new(guard).key(Global).concurrency(policy(
         "five",
         5,

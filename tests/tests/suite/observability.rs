@@ -72,14 +72,11 @@ pub(crate) fn value(all: &[(CompositeKey, f64)], name: &str, labels: &[(&str, &s
 async fn every_counter_of_a_known_sequence_has_its_exact_value() {
     let server = RedisServer::start();
     let (guard, snapshotter) = recorded(|| {
-        GuardedLimiter::new(
-            server.limiter(),
-            [policy(Algorithm::FixedWindow, 5, 3_600_000, None)],
-        )
-        .expect("a guard")
+        GuardedLimiter::builder(server.limiter(), policy(Algorithm::FixedWindow, 5, 3_600_000, None))
         .failure(FailurePolicy::Open)
         .budget(Duration::from_secs(5))
         .circuit_breaker(CircuitBreaker::new(1, Duration::from_secs(3_600)))
+        .build()
     });
     let stats = guard.clone();
     let app = keyed_app(guard);
@@ -168,12 +165,9 @@ async fn every_counter_of_a_known_sequence_has_its_exact_value() {
 async fn shadow_mode_lets_would_be_denials_pass_and_counts_them() {
     let server = RedisServer::start();
     let (guard, snapshotter) = recorded(|| {
-        GuardedLimiter::new(
-            server.limiter(),
-            [policy(Algorithm::SlidingWindowLog, 3, 60_000, None)],
-        )
-        .expect("a guard")
+        GuardedLimiter::builder(server.limiter(), policy(Algorithm::SlidingWindowLog, 3, 60_000, None))
         .shadow(true)
+        .build()
     });
     let stats = guard.clone();
     let app = keyed_app(guard);
@@ -198,13 +192,10 @@ async fn concurrency_decisions_are_counted_under_the_concurrency_policy() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _in_force = metrics::set_default_local_recorder(&recorder);
-    let guard = GuardedLimiter::new(
-        server.limiter(),
-        [policy(Algorithm::FixedWindow, 100, 3_600_000, None)],
-    )
-    .expect("a guard")
+    let guard = GuardedLimiter::builder(server.limiter(), policy(Algorithm::FixedWindow, 100, 3_600_000, None))
     .failure(FailurePolicy::Closed)
-    .budget(Duration::from_secs(5));
+    .budget(Duration::from_secs(5))
+    .build();
     // Limit 2: near the limit at 0 remaining (20% of 2, rounded down).
     let two = ConcurrencyPolicy::builder("in-flight")
         .limit(2)

@@ -24,7 +24,7 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
         .collect();
     // Every algorithm has state for "old" before memory runs out.
     for p in &policies {
-        assert!(limiter.check(p, "old", 1).await.expect("check").allowed);
+        assert!(limiter.check(&PolicySet::from(p.clone()), "old").await.map(|d| d[0].clone()).expect("check").allowed);
     }
     // And a sliding log whose only entry has left the window: trimming it is a write that must
     // not open the door to the next ones.
@@ -33,8 +33,8 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
     let two_hours_ago = redlimit::Timestamp::now().as_micros() / 1000 - 7_200_000;
     assert!(
         limiter
-            .check_at(log, "stale", 1, at_ms(two_hours_ago))
-            .await
+            .check(&PolicySet::from(log.clone()), "stale").at(at_ms(two_hours_ago))
+            .await.map(|d| d[0].clone())
             .expect("check")
             .allowed
     );
@@ -60,8 +60,8 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
         for client in ["old", "new", "stale"] {
             for _ in 0..5 {
                 let err = limiter
-                    .check(p, client, 1)
-                    .await
+                    .check(&PolicySet::from(p.clone()), client)
+                    .await.map(|d| d[0].clone())
                     .expect_err("no admission without memory to record it");
                 assert!(err.to_string().contains("OOM"), "{}: {err}", p.name());
             }

@@ -75,11 +75,11 @@ fn run_parity(
                 let (on_redis, in_memory) = runtime.block_on(async {
                     (
                         redis
-                            .check_all_at(&policies, &client, step.cost, at)
+                            .check(&PolicySet::new(policies.iter().cloned()).expect("a valid set"), &client).cost(step.cost).at(at)
                             .await
                             .expect("redis"),
                         memory
-                            .check_all_at(&policies, &client, step.cost, at)
+                            .check(&PolicySet::new(policies.iter().cloned()).expect("a valid set"), &client).cost(step.cost).at(at)
                             .await
                             .expect("memory"),
                     )

@@ -21,14 +21,14 @@ use crate::support::{T0, at_ms, both_backends, policy};
 
 async fn reserve(limiter: &Limiter, p: &[Policy], at: u64) -> Decisions {
     limiter
-        .reserve_at(p, "c", 1, Some(at_ms(at)))
+        .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").reserve().at(at_ms(at))
         .await
         .expect("reserve")
 }
 
 async fn refund(limiter: &Limiter, p: &[Policy], reserved: &Decisions, at: u64) -> bool {
     limiter
-        .refund_at(p, reserved, 1, Some(at_ms(at)))
+        .refund(reserved, 1).at(at_ms(at))
         .await
         .expect("refund")
 }
@@ -102,27 +102,27 @@ async fn a_refund_gives_back_at_most_what_it_took() {
     for (backend, limiter) in both_backends(&server) {
         let p = [policy(Algorithm::FixedWindow, 10, 60_000, None)];
         let d = limiter
-            .reserve_at(&p, "c", 2, Some(at_ms(T0)))
+            .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").cost(2).reserve().at(at_ms(T0))
             .await
             .expect("reserve");
         assert_eq!(d.refundable(), Some(2), "{backend}");
         limiter
-            .refund_at(&p, &d, 100, Some(at_ms(T0 + 1)))
+            .refund(&d, 100).at(at_ms(T0 + 1))
             .await
             .expect("refund");
         let peek = limiter
-            .check_at(&p[0], "c", 0, at_ms(T0 + 2))
-            .await
+            .check(&PolicySet::from(p[0].clone()), "c").cost(0).at(at_ms(T0 + 2))
+            .await.map(|d| d[0].clone())
             .expect("peek");
         assert_eq!(peek.remaining, 10, "{backend}: the 2 it took, not 100");
         // A plain check is not refundable.
         let plain = limiter
-            .check_all_at(&p, "c", 1, at_ms(T0 + 3))
+            .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").at(at_ms(T0 + 3))
             .await
             .expect("check");
         assert_eq!(plain.refundable(), None, "{backend}");
         assert!(
-            !limiter.refund(&p, &plain, 1).await.expect("refund"),
+            !limiter.refund(&plain, 1).await.expect("refund"),
             "{backend}"
         );
         // A policy in delay mode cannot be reserved.
@@ -133,7 +133,7 @@ async fn a_refund_gives_back_at_most_what_it_took() {
             .build()
             .expect("a policy");
         let error = limiter
-            .reserve(&[delayed], "c", 1)
+            .check(&PolicySet::new([delayed].iter().cloned()).expect("a valid set"), "c").reserve()
             .await
             .expect_err("delay mode");
         assert!(
@@ -167,8 +167,8 @@ async fn sixty_four_concurrent_mixed_requests_count_exactly_their_failures() {
                 counted += u64::from(task.await.expect("task"));
             }
             let peek = limiter
-                .check_at(&p[0], "c", 0, at_ms(T0 + 100))
-                .await
+                .check(&PolicySet::from(p[0].clone()), "c").cost(0).at(at_ms(T0 + 100))
+                .await.map(|d| d[0].clone())
                 .expect("peek");
             let count = limit - peek.remaining;
             assert_eq!(
@@ -222,10 +222,10 @@ async fn a_login_route_counts_only_failed_responses() {
             .window(Duration::from_secs(3_600))
             .build()
             .expect("a policy");
-        let guard = GuardedLimiter::new(limiter.clone(), [p.clone()])
-            .expect("a guard")
+        let guard = GuardedLimiter::builder(limiter.clone(), p.clone())
             .budget(Duration::from_secs(5))
-            .clock(Arc::new(|| Timestamp::from_millis(T0)));
+            .clock(Arc::new(|| Timestamp::from_millis(T0)))
+            .build();
         let app = login_app(guard);
         for _ in 0..20 {
             assert_eq!(
@@ -247,8 +247,8 @@ async fn a_login_route_counts_only_failed_responses() {
             "{backend}: three failures used the limit"
         );
         let peek = limiter
-            .check_at(&p, "alice", 0, at_ms(T0))
-            .await
+            .check(&PolicySet::from(p.clone()), "alice").cost(0).at(at_ms(T0))
+            .await.map(|d| d[0].clone())
             .expect("peek");
         assert_eq!(peek.remaining, 0, "{backend}");
     }
@@ -266,12 +266,12 @@ async fn a_fallback_reservation_is_refunded_to_the_fallback() {
         .window(Duration::from_secs(3_600))
         .build()
         .expect("a policy");
-    let guard = GuardedLimiter::new(limiter, [p])
-        .expect("a guard")
+    let guard = GuardedLimiter::builder(limiter, p)
         .failure(FailurePolicy::local())
-        .budget(Duration::from_secs(5));
+        .budget(Duration::from_secs(5))
+        .build();
 
-    let reserved = guard.reserve("bob", 1).await;
+    let reserved = guard.check("bob").reserve().await;
     assert_eq!(reserved.first().map(|d| d.reason), Some(Reason::Fallback));
     assert_eq!(reserved.refundable(), Some(1), "the fallback's reservation");
     assert!(
@@ -279,7 +279,7 @@ async fn a_fallback_reservation_is_refunded_to_the_fallback() {
         "given back to the fallback"
     );
     assert_eq!(
-        guard.reserve("bob", 1).await.most_restrictive().remaining,
+        guard.check("bob").reserve().await.most_restrictive().remaining,
         2
     );
 

@@ -32,17 +32,14 @@ async fn a_wrong_password_is_logged_once_and_no_password_shows_anywhere() {
     assert_secret_free("the builder's Debug", &format!("{builder:?}"));
     let backend = builder.build().expect("a valid url");
     assert_secret_free("the backend's Debug", &format!("{backend:?}"));
-    let guard = GuardedLimiter::new(
-        Limiter::new(backend),
-        [policy(Algorithm::FixedWindow, 5, 60_000, None)],
-    )
-    .expect("valid")
+    let guard = GuardedLimiter::builder(Limiter::new(backend), policy(Algorithm::FixedWindow, 5, 60_000, None))
     .failure(FailurePolicy::Open)
-    .budget(Duration::from_secs(5));
+    .budget(Duration::from_secs(5))
+    .build();
     assert_secret_free("the guard's Debug", &format!("{guard:?}"));
 
     for _ in 0..3 {
-        let decisions = guard.check("client", 1).await;
+        let decisions = guard.check("client").await;
         assert!(decisions.allowed(), "fail open answers");
         assert_eq!(decisions[0].reason, Reason::FailOpen);
         let error = decisions.error().expect("the backend's error comes along");
@@ -68,8 +65,8 @@ async fn a_wrong_password_is_logged_once_and_no_password_shows_anywhere() {
         .build()
         .expect("a valid url");
     let err = Limiter::new(nowhere)
-        .check(&policy(Algorithm::Gcra, 5, 60_000, None), "c", 1)
-        .await
+        .check(&PolicySet::from(policy(Algorithm::Gcra, 5, 60_000, None).clone()), "c")
+        .await.map(|d| d[0].clone())
         .expect_err("nothing listens");
     assert_secret_free("a connection error", &format!("{err} {err:?}"));
     assert_secret_free("the log", &logs.text());
@@ -92,7 +89,7 @@ async fn a_pool_the_application_built_carries_its_own_credentials() {
     let allowed: Vec<bool> = {
         let mut allowed = Vec::new();
         for _ in 0..3 {
-            let decision = limiter.check(&p, "c", 1).await.expect("decided");
+            let decision = limiter.check(&PolicySet::from(p.clone()), "c").await.map(|d| d[0].clone()).expect("decided");
             assert_eq!(decision.reason, Reason::Redis);
             allowed.push(decision.allowed);
         }

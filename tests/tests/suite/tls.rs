@@ -85,8 +85,8 @@ async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_fai
     let mut allowed = Vec::new();
     for _ in 0..3 {
         let decision = limiter
-            .check(&p, "over-tls", 1)
-            .await
+            .check(&PolicySet::from(p.clone()), "over-tls")
+            .await.map(|d| d[0].clone())
             .expect("decided over TLS");
         assert_eq!(decision.reason, Reason::Redis);
         allowed.push(decision.allowed);
@@ -107,11 +107,11 @@ async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_fai
         .budget(Duration::from_secs(5))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::new(Limiter::new(untrusted), [p])
-        .expect("valid")
+    let guard = GuardedLimiter::builder(Limiter::new(untrusted), p)
         .failure(FailurePolicy::Closed)
-        .budget(Duration::from_secs(5));
-    let decisions = guard.check("over-tls", 1).await;
+        .budget(Duration::from_secs(5))
+        .build();
+    let decisions = guard.check("over-tls").await;
     assert!(!decisions.allowed());
     assert_eq!(decisions[0].reason, Reason::FailClosed);
     let error = decisions.error().expect("the TLS error").to_string();

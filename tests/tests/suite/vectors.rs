@@ -25,8 +25,8 @@ pub(crate) async fn check_table(limiter: &Limiter, backend: &str, table: &Table)
     let client = format!("{algorithm}-{}-{limit}", table.window_ms);
     for (step, &(t, cost, allowed, remaining, reset, retry)) in table.rows.iter().enumerate() {
         let decision = limiter
-            .check_at(&policy, &client, cost, at_ms(T0 + t))
-            .await
+            .check(&PolicySet::from(policy.clone()), &client).cost(cost).at(at_ms(T0 + t))
+            .await.map(|d| d[0].clone())
             .expect("check");
         let got = (
             decision.allowed,

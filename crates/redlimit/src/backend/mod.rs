@@ -11,7 +11,7 @@ pub(crate) mod script;
 #[cfg(feature = "tls")]
 mod tls;
 
-use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{future::Future, pin::Pin, time::Duration};
 
 use self::script::{Answer, Inspected, Invocation};
 pub use self::{
@@ -19,8 +19,8 @@ pub use self::{
     redis::{RedisBackend, RedisBackendBuilder},
 };
 use crate::{
-    Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Reason, RetryAfter, Timestamp,
-    algorithm::Denial, decisions::Reservation,
+    Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, PolicySet, Reason, RetryAfter,
+    Timestamp, algorithm::Denial, check_request::Options, decisions::Reservation,
 };
 
 /// Where a [`Limiter`](crate::Limiter) keeps its state.
@@ -52,53 +52,6 @@ pub(crate) enum Started {
     Waiting(Pin<Box<dyn Future<Output = Result<Decisions, Error>> + Send>>),
 }
 
-/// The policies of a check: borrowed while it is decided in process, copied into the future
-/// only when it waits for Redis.
-pub(crate) trait Policies {
-    /// What the waiting future keeps.
-    type Owned: AsRef<[Policy]> + Send + 'static;
-
-    fn as_slice(&self) -> &[Policy];
-
-    fn to_owned_policies(&self) -> Self::Owned;
-}
-
-impl Policies for Policy {
-    type Owned = [Policy; 1];
-
-    fn as_slice(&self) -> &[Policy] {
-        std::slice::from_ref(self)
-    }
-
-    fn to_owned_policies(&self) -> [Policy; 1] {
-        [self.clone()]
-    }
-}
-
-impl Policies for [Policy] {
-    type Owned = Vec<Policy>;
-
-    fn as_slice(&self) -> &[Policy] {
-        self
-    }
-
-    fn to_owned_policies(&self) -> Vec<Policy> {
-        self.to_vec()
-    }
-}
-
-impl Policies for Arc<[Policy]> {
-    type Owned = Self;
-
-    fn as_slice(&self) -> &[Policy] {
-        self
-    }
-
-    fn to_owned_policies(&self) -> Self {
-        Arc::clone(self)
-    }
-}
-
 impl Backend {
     /// Whether checks cross the network (and so are worth a time budget, a circuit breaker
     /// and a block cache).
@@ -111,25 +64,22 @@ impl Backend {
         matches!(self, Self::Redis(redis) if redis.is_cluster())
     }
 
-    /// Begins a check of `policies` (valid: not empty, no name twice) for `client`, counted
-    /// once per request id and kept refundable as `extras` say. In process it is decided here;
-    /// on Redis the returned future sends it when first polled.
-    pub(crate) fn start<P: Policies + ?Sized>(
+    /// Begins the check of `set` for `client` that `options` describe. In process it is
+    /// decided here; on Redis the returned future sends it when first polled.
+    pub(crate) fn start(
         &self,
         keys: &KeyScheme,
-        policies: &P,
+        set: &PolicySet,
         client: &str,
-        cost: u64,
-        now: Option<Timestamp>,
-        extras: &Extras,
+        options: &Options<'_>,
     ) -> Started {
+        let cost = options.cost;
         match self {
             Self::Memory(memory) => {
-                let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
-                let policies = policies.as_slice();
+                let now_us = options.at.unwrap_or_else(Timestamp::now).as_micros();
                 // A client with an override is checked by the policies it names.
-                let overridden = memory.overrides().resolve(keys, policies, client, now_us);
-                let policies = overridden.as_deref().unwrap_or(policies);
+                let overridden = memory.overrides().resolve(keys, set, client, now_us);
+                let policies = overridden.as_deref().unwrap_or(set);
                 let bans = policies.iter().any(|p| p.ban().is_some());
                 let answers = || {
                     if bans {
@@ -137,10 +87,13 @@ impl Backend {
                     }
                     memory.check(keys, client, policies, cost, now_us, |_, answer| answer)
                 };
-                let answers = match &extras.once {
-                    Some(once) => {
-                        let key = keys.once(policies, client, &once.id);
-                        memory.recent().once(&key, once.window_ms, now_us, answers)
+                let (answers, taken_at_us) = match options.once {
+                    Some((id, window_ms)) => {
+                        let key = keys.once(set, client, id);
+                        let (answers, replayed) =
+                            memory.recent().once(&key, window_ms, now_us, answers);
+                        // A retry took nothing: its answer is not refundable.
+                        (answers, (!replayed).then_some(now_us))
                     }
                     None if !bans => {
                         // The common check: decisions made on the way out, no answers kept.
@@ -149,14 +102,9 @@ impl Backend {
                                 decision(p, a, Reason::Memory)
                             });
                         let decisions = Decisions::new(decisions);
-                        return Started::Ready(Ok(extras.stamp(
-                            decisions,
-                            Some(now_us),
-                            client,
-                            cost,
-                        )));
+                        return Started::Ready(Ok(stamp(decisions, options, set, client, Some(now_us))));
                     }
-                    None => answers(),
+                    None => (answers(), Some(now_us)),
                 };
                 let decisions = policies
                     .iter()
@@ -164,41 +112,40 @@ impl Backend {
                     .map(|(policy, answer)| decision(policy, answer, Reason::Memory))
                     .collect();
                 let decisions = Decisions::new(decisions);
-                Started::Ready(Ok(extras.stamp(decisions, Some(now_us), client, cost)))
+                Started::Ready(Ok(stamp(decisions, options, set, client, taken_at_us)))
             }
             Self::Redis(redis) => {
                 let redis = redis.clone();
-                let mut names = keys.check_keys(policies.as_slice(), client);
+                let mut names = keys.check_keys(set, client);
                 let mut extra = Vec::new();
-                if let Some(once) = &extras.once {
-                    names.push(keys.once(policies.as_slice(), client, &once.id));
-                    extra.push(once.window_ms.to_string());
+                if let Some((id, window_ms)) = options.once {
+                    names.push(keys.once(set, client, id));
+                    extra.push(window_ms.to_string());
                 }
-                if extras.reserve {
+                if options.reserve {
                     extra.push(script::RESERVE.to_owned());
                 }
-                let policies = policies.to_owned_policies();
-                let reserve = Extras {
+                let set = set.clone();
+                let options = Options {
                     once: None,
-                    reserve: extras.reserve,
+                    ..*options
                 };
-                let client = if extras.reserve {
+                let client = if options.reserve {
                     client.to_owned()
                 } else {
                     String::new()
                 };
                 Started::Waiting(Box::pin(async move {
-                    let policies = policies.as_ref();
                     let call = Invocation {
-                        policies,
+                        policies: &set,
                         keys: &names,
                         cost,
-                        now_us: now.map(Timestamp::as_micros),
+                        now_us: options.at.map(Timestamp::as_micros),
                         extra: &extra,
                     };
                     let reply = redis.check(call).await?;
                     let mut limits = reply.limits.into_iter();
-                    let decisions = policies
+                    let decisions = set
                         .iter()
                         .zip(reply.answers)
                         .map(|(policy, answer)| {
@@ -210,35 +157,36 @@ impl Backend {
                         })
                         .collect();
                     let decisions = Decisions::new(decisions);
-                    Ok(reserve.stamp(decisions, reply.taken_at_us, &client, cost))
+                    // A retry's reply says 0: it took nothing.
+                    let taken_at_us = reply.taken_at_us.filter(|&at| at > 0);
+                    Ok(stamp(decisions, &options, &set, &client, taken_at_us))
                 }))
             }
         }
     }
 
-    /// Gives back `cost` of what `reserved` took from `policies`, at `now` (else the backend's
-    /// time); how many policies gave something back.
+    /// Gives back `cost` of what `reserved` took, at `now` (else the backend's time); how
+    /// many policies gave something back.
     pub(crate) async fn refund(
         &self,
         keys: &KeyScheme,
-        policies: &[Policy],
         reserved: &Reservation,
         cost: u64,
         now: Option<Timestamp>,
     ) -> Result<u64, Error> {
-        let (client, taken_at_us) = (&*reserved.client, reserved.at_us);
+        let (set, client, taken_at_us) = (&reserved.set, &*reserved.client, reserved.at_us);
         match self {
             Self::Memory(memory) => {
                 let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
-                let overridden = memory.overrides().resolve(keys, policies, client, now_us);
-                let policies = overridden.as_deref().unwrap_or(policies);
+                let overridden = memory.overrides().resolve(keys, set, client, now_us);
+                let policies = overridden.as_deref().unwrap_or(set);
                 Ok(memory.refund(keys, client, policies, cost, taken_at_us, now_us))
             }
             Self::Redis(redis) => {
-                let names = keys.check_keys(policies, client);
+                let names = keys.check_keys(set, client);
                 let at = [taken_at_us.to_string()];
                 let call = Invocation {
-                    policies,
+                    policies: set,
                     keys: &names,
                     cost,
                     now_us: now.map(Timestamp::as_micros),
@@ -303,55 +251,24 @@ impl Backend {
     }
 }
 
-/// What a check does besides deciding: answer retries of one request id once, and keep its
-/// time so that [`Backend::refund`] can give back what it took.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Extras {
-    pub(crate) once: Option<Once>,
-    pub(crate) reserve: bool,
-}
-
-impl Extras {
-    /// `decisions`, refundable if this is an admitted reservation taken at `taken_at_us`.
-    fn stamp(
-        &self,
-        decisions: Decisions,
-        taken_at_us: Option<u64>,
-        client: &str,
-        cost: u64,
-    ) -> Decisions {
-        match taken_at_us {
-            Some(at_us) if self.reserve && decisions.allowed() && cost > 0 => {
-                decisions.reserved(Reservation {
-                    client: client.into(),
-                    cost,
-                    at_us,
-                })
-            }
-            _ => decisions,
+/// `decisions`, refundable if they answer an admitted reservation taken at `taken_at_us`.
+fn stamp(
+    decisions: Decisions,
+    options: &Options<'_>,
+    set: &PolicySet,
+    client: &str,
+    taken_at_us: Option<u64>,
+) -> Decisions {
+    match taken_at_us {
+        Some(at_us) if options.reserve && decisions.allowed() && options.cost > 0 => {
+            decisions.reserved(Reservation {
+                set: set.clone(),
+                client: client.into(),
+                cost: options.cost,
+                at_us,
+            })
         }
-    }
-}
-
-/// Retries counted once: a check with the same request `id` within `window_ms` answers what
-/// the first one answered, and consumes nothing more.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Once {
-    pub(crate) id: String,
-    pub(crate) window_ms: u64,
-}
-
-/// The longest a request id's first answer is remembered.
-const MAX_ONCE_WINDOW: Duration = Duration::from_secs(86_400);
-
-impl Once {
-    /// Request `id`, remembered for `window` in whole milliseconds, from 1 ms to 24 hours.
-    pub(crate) fn new(id: &str, window: Duration) -> Self {
-        let window = window.clamp(Duration::from_millis(1), MAX_ONCE_WINDOW);
-        Self {
-            id: id.to_owned(),
-            window_ms: u64::try_from(window.as_millis()).unwrap_or(1),
-        }
+        _ => decisions,
     }
 }
 

@@ -27,8 +27,8 @@ impl Recent {
         }
     }
 
-    /// The first answer to the request at `key` within `window_ms` of `now_us`, or `check`'s,
-    /// remembered. Checks with an id are serialized here, so two concurrent retries of one
+    /// The first answer to the request at `key` within `window_ms` of `now_us` and `true`
+    /// (a retry), or `check`'s, remembered, and `false`. Checks with an id are serialized here, so two concurrent retries of one
     /// request never both consume.
     pub(crate) fn once(
         &self,
@@ -36,11 +36,11 @@ impl Recent {
         window_ms: u64,
         now_us: u64,
         check: impl FnOnce() -> Vec<Answer>,
-    ) -> Vec<Answer> {
+    ) -> (Vec<Answer>, bool) {
         let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
         let id = self.ids.id(key);
         if let Some((first, _)) = answers.get(&id).filter(|(_, until)| *until > now_us) {
-            return first.clone();
+            return (first.clone(), true);
         }
         if answers.len() >= self.max_keys {
             answers.retain(|_, (_, until)| *until > now_us);
@@ -53,6 +53,6 @@ impl Recent {
         let first = check();
         let until = now_us.saturating_add(window_ms.saturating_mul(1000));
         answers.insert(id, (first.clone(), until));
-        first
+        (first, false)
     }
 }

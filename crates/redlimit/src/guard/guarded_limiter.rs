@@ -1,5 +1,4 @@
 use std::{
-    collections::HashSet,
     fmt,
     sync::{Arc, OnceLock},
     time::{Duration, Instant},
@@ -7,11 +6,17 @@ use std::{
 
 use tracing::{Instrument, Span, field};
 
-use super::{block_cache::Slot, error_log::ErrorLog, metrics::Metrics, waiting::Waiters};
+use super::{
+    block_cache::Slot,
+    builder::{GuardBuilder, Parts},
+    error_log::ErrorLog,
+    metrics::Metrics,
+    waiting::Waiters,
+};
 use crate::{
-    BlockCache, Check, CircuitBreaker, ConcurrencyPolicy, ConfigError, Decision, Decisions, Error,
-    ErrorKind, FailurePolicy, Lease, Limiter, Policy, Reason, Stats, Timestamp, Waiting,
-    backend::{Extras, Once, Started},
+    BlockCache, Check, CheckRequest, CircuitBreaker, ConcurrencyPolicy, Decision, Decisions,
+    Error, ErrorKind, FailurePolicy, Lease, Limiter, Policy, PolicySet, Reason, RefundFuture,
+    RefundRequest, Stats, Timestamp, Waiting, backend::Started, check_request::Options,
     client_id,
 };
 
@@ -35,10 +40,12 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 ///     .limit(100)
 ///     .window(Duration::from_secs(60))
 ///     .build()?;
-/// let guard = GuardedLimiter::new(Limiter::new(MemoryBackend::default()), [policy])?
+/// let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy)
 ///     .failure(FailurePolicy::local())
-///     .budget(Duration::from_millis(20));
-/// assert!(guard.check("client", 1).await.allowed());
+///     .budget(Duration::from_millis(20))
+///     .build();
+/// assert!(guard.check("client").await.allowed());
+/// assert!(guard.check("client").cost(5).await.allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
@@ -51,7 +58,7 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 ///
 /// | name | type | labels | what |
 /// |---|---|---|---|
-/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](Self::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through; also one per [`acquire`](Self::acquire), under the concurrency policy's name |
+/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](GuardBuilder::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through; also one per [`acquire`](Self::acquire), under the concurrency policy's name |
 /// | `redlimit_backend_errors_total` | counter | `policy`, `kind` | checks whose backend failed, by [`ErrorKind::as_str`] |
 /// | `redlimit_service_failures_total` | counter | `policy` | see [`service_failed`](Self::service_failed) |
 /// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |
@@ -75,10 +82,9 @@ pub struct GuardedLimiter {
     inner: Arc<Guard>,
 }
 
-#[derive(Clone)]
 struct Guard {
     limiter: Limiter,
-    policies: Arc<[Policy]>,
+    policies: PolicySet,
     /// The largest cost every policy can grant: a larger one is "never", which the backend says.
     capacity: u64,
     /// Whether a policy bans: the block cache then keeps bans only.
@@ -100,8 +106,6 @@ struct Guard {
     shadow: bool,
     /// Delay mode: the requests waiting for their slot, bounded.
     waiters: Arc<Waiters>,
-    /// How long a request id's first decision is remembered.
-    once_window: Duration,
 }
 
 impl fmt::Debug for GuardedLimiter {
@@ -121,141 +125,62 @@ impl fmt::Debug for GuardedLimiter {
 }
 
 impl GuardedLimiter {
-    /// Guards `limiter` checking `policies` together.
-    ///
-    /// # Errors
-    /// [`ConfigError::Missing`] for no policy, [`ConfigError::Duplicate`] naming a policy given
-    /// twice.
-    pub fn new(
-        limiter: Limiter,
-        policies: impl IntoIterator<Item = Policy>,
-    ) -> Result<Self, ConfigError> {
-        let policies: Arc<[Policy]> = policies.into_iter().collect();
-        if policies.is_empty() {
-            return Err(ConfigError::Missing { field: "policies" });
-        }
-        let mut names = HashSet::new();
-        if let Some(twice) = policies.iter().find(|p| !names.insert(p.name())) {
-            return Err(ConfigError::Duplicate {
-                field: "policies",
-                value: twice.name().to_owned(),
-            });
-        }
-        if policies.len() > 1 && policies.iter().any(|p| p.max_delay().is_some()) {
-            return Err(ConfigError::Conflict {
-                field: "max_delay",
-                with: "other policies in one guard (a policy in delay mode is checked alone)",
-            });
-        }
-        let capacity = policies.iter().map(Policy::capacity).min().unwrap_or(0);
+    /// Starts a guard of `limiter` checking `policies` (one policy converts, several are a
+    /// [`PolicySet`]): set what differs from the defaults, then [`build`](GuardBuilder::build).
+    pub fn builder(limiter: Limiter, policies: impl Into<PolicySet>) -> GuardBuilder {
+        GuardBuilder::new(limiter, policies.into())
+    }
+
+    pub(super) fn from_parts(parts: Parts) -> Self {
+        let Parts {
+            limiter,
+            policies,
+            failure,
+            budget,
+            breaker,
+            shadow,
+            near_share,
+            blocks,
+            clock,
+            max_waiting,
+        } = parts;
         let remote = limiter.backend().is_remote();
-        // A local block would outlast an override that lifts it: overridable policies get none
-        // by default, so an override takes effect at every instance's next request.
-        let overridable = policies.iter().any(Policy::takes_overrides);
-        let blocks = (remote && !overridable).then(|| Arc::new(BlockCache::default()));
-        let metrics = Arc::new(Metrics::new(&policies, remote, DEFAULT_NEAR_SHARE));
-        let breakers = breakers(&limiter, &CircuitBreaker::default(), &metrics);
-        let waiters = Arc::new(waiters(&metrics, DEFAULT_MAX_WAITING));
-        let once_window = policies
-            .iter()
-            .map(Policy::window)
-            .min()
-            .unwrap_or_default();
-        Ok(Self {
+        let metrics = Arc::new(Metrics::new(&policies, remote, near_share));
+        let breakers = breakers(&limiter, &breaker, &metrics);
+        let waiters = Arc::new(waiters(&metrics, max_waiting));
+        let blocks = blocks
+            .unwrap_or_else(|| {
+                // A local block would outlast an override that lifts it: overridable policies
+                // get none by default, so an override takes effect at every instance's next
+                // request.
+                let overridable = policies.iter().any(Policy::takes_overrides);
+                (!overridable).then(BlockCache::default)
+            })
+            .filter(|_| remote)
+            .map(Arc::new);
+        Self {
             inner: Arc::new(Guard {
-                limiter,
                 bans: policies.iter().any(|p| p.ban().is_some()),
+                capacity: policies.capacity(),
+                limiter,
                 policies,
-                capacity,
-                failure: FailurePolicy::Open,
+                failure,
                 breakers,
-                budget: Duration::from_millis(50),
+                budget,
                 stats: Arc::default(),
-                clock: None,
+                clock,
                 remote,
                 blocks,
                 errors: Arc::default(),
                 metrics,
-                shadow: false,
+                shadow,
                 waiters,
-                once_window,
             }),
-        })
-    }
-
-    fn settings(&mut self) -> &mut Guard {
-        Arc::make_mut(&mut self.inner)
-    }
-
-    /// What to answer when the backend fails. Defaults to [`FailurePolicy::Open`].
-    #[must_use]
-    pub fn failure(mut self, failure: FailurePolicy) -> Self {
-        self.settings().failure = failure;
-        self
-    }
-
-    /// The most one check may wait for the backend before the failure policy answers.
-    /// Defaults to 50 ms; `Duration::ZERO` leaves only the backend's own budget
-    /// ([`RedisBackendBuilder::budget`](crate::RedisBackendBuilder::budget)).
-    #[must_use]
-    pub fn budget(mut self, budget: Duration) -> Self {
-        self.settings().budget = budget;
-        self
-    }
-
-    /// The circuit breaker. Defaults to [`CircuitBreaker::default`].
-    #[must_use]
-    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
-        let guard = self.settings();
-        guard.breakers = breakers(&guard.limiter, &breaker, &guard.metrics);
-        self
-    }
-
-    /// Dry run: every check is made, consumes, is counted and logged as usual, but a request
-    /// that would be denied passes, its decisions marked [`Reason::Shadow`] (with the remaining
-    /// quota and waits of the denial, so rate-limit headers stay truthful). For trying a new
-    /// limit on live traffic before enforcing it. Defaults to `false`.
-    ///
-    /// Applies to all the guard's policies: to shadow a new policy beside enforced ones, give it
-    /// a guard (and a layer) of its own, since a check of several policies consumes only when
-    /// every one of them admits.
-    #[must_use]
-    pub fn shadow(mut self, shadow: bool) -> Self {
-        self.settings().shadow = shadow;
-        self
-    }
-
-    /// An allowed decision with at most `share` of its policy's limit remaining (rounded down)
-    /// is counted as `near_limit` in the metrics instead of `allowed`. Defaults to 0.2.
-    #[must_use]
-    pub fn near_limit(mut self, share: f64) -> Self {
-        let guard = self.settings();
-        guard.metrics = Arc::new(Metrics::new(&guard.policies, guard.remote, share));
-        guard.breakers = breakers(&guard.limiter, &guard.breakers[0], &guard.metrics);
-        self
-    }
-
-    /// How long [`check_once`](Self::check_once) remembers a request id's first decision.
-    /// Defaults to the shortest window of the guard's policies; at most 24 hours, at least a
-    /// millisecond.
-    #[must_use]
-    pub fn idempotency_window(mut self, window: Duration) -> Self {
-        self.settings().once_window = window;
-        self
-    }
-
-    /// Delay mode: the most requests that may wait for their slot at once in this guard (a
-    /// semaphore); over it, [`wait`](Self::wait) finds no place and the request is turned away
-    /// (the tower layer answers 429). Defaults to 1,024.
-    #[must_use]
-    pub fn max_waiting(mut self, max: usize) -> Self {
-        let guard = self.settings();
-        guard.waiters = Arc::new(waiters(&guard.metrics, max));
-        self
+        }
     }
 
     /// Delay mode: a place to wait for the slot that [`Decisions::delay`] reserved, held until
-    /// dropped; `None` when [`max_waiting`](Self::max_waiting) requests already wait. The slot
+    /// dropped; `None` when [`max_waiting`](GuardBuilder::max_waiting) requests already wait. The slot
     /// stays reserved (and counted) whether or not the request is then served.
     pub fn wait(&self) -> Option<Waiting> {
         self.inner.waiters.enter()
@@ -266,26 +191,8 @@ impl GuardedLimiter {
         self.inner.waiters.count()
     }
 
-    /// Denies clients known to be over their limit locally, with no backend call; see
-    /// [`BlockCache`]. Defaults to `Some(BlockCache::default())` on Redis; `None` sends every
-    /// check to the backend. The memory backend decides in process anyway and never uses one.
-    #[must_use]
-    pub fn block_cache(mut self, cache: Option<BlockCache>) -> Self {
-        let remote = self.inner.remote;
-        self.settings().blocks = cache.filter(|_| remote).map(Arc::new);
-        self
-    }
-
-    /// Decides at the times `clock` gives instead of the backend's clock (Redis `TIME`): for
-    /// tests and deterministic replays. Defaults to none.
-    #[must_use]
-    pub fn clock(mut self, clock: Clock) -> Self {
-        self.settings().clock = Some(clock);
-        self
-    }
-
     /// The policies, in order.
-    pub fn policies(&self) -> &[Policy] {
+    pub fn policies(&self) -> &PolicySet {
         &self.inner.policies
     }
 
@@ -319,7 +226,7 @@ impl GuardedLimiter {
         self.inner.metrics.listed(allowed);
     }
 
-    /// Whether the guard is in shadow (dry-run) mode; see [`shadow`](Self::shadow).
+    /// Whether the guard is in shadow (dry-run) mode; see [`shadow`](GuardBuilder::shadow).
     pub fn is_shadow(&self) -> bool {
         self.inner.shadow
     }
@@ -391,60 +298,41 @@ impl GuardedLimiter {
         self.inner.blocks.as_deref()
     }
 
-    /// Checks one request of `cost` by `client` against every policy. Never fails: when the
-    /// backend does, the failure policy decides and [`Decisions::error`] says why.
+    /// A check of `client` against every policy, of cost 1 at the guard's clock unless the
+    /// request says otherwise (see [`CheckRequest`]). Awaited, or [started](CheckRequest::start),
+    /// it never fails: when the backend does, the failure policy decides and
+    /// [`Decisions::error`] says why.
     ///
-    /// The memory backend, a local block and an open circuit decide here and now (see
-    /// [`Check::into_ready`]); a check on Redis is decided when the returned [`Check`] is
-    /// awaited.
-    pub fn check(&self, client: &str, cost: u64) -> Check {
-        self.checked(client, cost, Extras::default())
+    /// A check with a request id or a reservation skips the block cache (a retry's first
+    /// answer is the backend's to give; a refund may free the quota a denial saw exhausted).
+    /// When the backend fails, a local fallback answers without ids and reserves in its own
+    /// limiter, where [`refund`](Self::refund) gives back; an open or closed answer has nothing
+    /// to refund.
+    pub fn check<'a>(&'a self, client: &'a str) -> CheckRequest<'a, Self> {
+        CheckRequest::new(self, &self.inner.policies, client)
     }
 
-    /// As [`check`](Self::check), counted once per request `id` (an `Idempotency-Key`): a
-    /// retry within the [`idempotency_window`](Self::idempotency_window) gets the first check's
-    /// decisions and consumes nothing, decided in the same script call (so a retry whose first
-    /// reply was lost is not counted twice). Such checks skip the block cache; when the
-    /// backend fails, the failure policy answers as usual (a local fallback without ids).
-    pub fn check_once(&self, client: &str, cost: u64, id: &str) -> Check {
-        let extras = Extras {
-            once: Some(Once::new(id, self.inner.once_window)),
-            reserve: false,
-        };
-        self.checked(client, cost, extras)
-    }
-
-    /// As [`check`](Self::check), keeping what an admitted check took refundable with
-    /// [`refund`](Self::refund): for requests that count only if their response says so. See
-    /// [`Limiter::reserve`]. Such checks skip the block cache, since a refund may free the quota
-    /// a denial saw exhausted. When the backend fails, the failure policy answers as usual: a
-    /// local fallback reserves in its own limiter (and [`refund`](Self::refund) gives back
-    /// there); an open or closed answer has nothing to refund.
-    pub fn reserve(&self, client: &str, cost: u64) -> Check {
-        let extras = Extras {
-            once: None,
-            reserve: true,
-        };
-        self.checked(client, cost, extras)
-    }
-
-    /// Gives back `cost` (at most what it took) of what the reservation `reserved` took (see
+    /// A refund of `cost` (at most what it took) of what the reservation `reserved` took (see
     /// [`Limiter::refund`]), within the guard's budget, to the limiter that took it (the local
-    /// fallback's, for a reservation it made); whether anything was given back. A failure is
-    /// logged and counted like a check's, and gives nothing back: the request stays counted.
-    pub async fn refund(&self, reserved: &Decisions, cost: u64) -> bool {
+    /// fallback's, for a reservation it made). Awaited, whether anything was given back; a
+    /// failure is logged and counted like a check's, and gives nothing back: the request stays
+    /// counted.
+    pub fn refund<'a>(&'a self, reserved: &'a Decisions, cost: u64) -> RefundRequest<'a, Self> {
+        RefundRequest::new(self, reserved, cost)
+    }
+
+    async fn refunded(&self, reserved: &Decisions, cost: u64, at: Option<Timestamp>) -> bool {
         if reserved.refundable().is_none() {
             return false;
         }
         let guard = &*self.inner;
-        let now = guard.clock.as_ref().map(|clock| clock());
+        let at = at.or_else(|| guard.clock.as_ref().map(|clock| clock()));
         // A reservation the local fallback took is owed back there.
         let limiter = match (&guard.failure, reserved.first().map(|d| d.reason)) {
             (FailurePolicy::Local(local), Some(Reason::Fallback)) => local,
             _ => &guard.limiter,
         };
-        let refund = limiter.refund_at(&guard.policies, reserved, cost, now);
-        match guard.within_budget(refund).await {
+        match guard.within_budget(limiter.refunded(reserved, cost, at)).await {
             Ok(refunded) => refunded,
             Err(error) => {
                 guard.count_failed(error.kind());
@@ -454,7 +342,8 @@ impl GuardedLimiter {
         }
     }
 
-    fn checked(&self, client: &str, cost: u64, extras: Extras) -> Check {
+    fn checked(&self, client: &str, options: &Options<'_>) -> Check {
+        let (cost, reserve) = (options.cost, options.reserve);
         let guard = &*self.inner;
         let span = guard.span(client, cost);
         // Where the answer is recorded if it blocks, and when the check was sent.
@@ -464,7 +353,7 @@ impl GuardedLimiter {
         let blocks = guard
             .blocks
             .as_ref()
-            .filter(|_| cost <= guard.capacity && extras.once.is_none() && !extras.reserve);
+            .filter(|_| cost <= guard.capacity && options.once.is_none() && !reserve);
         if let Some(blocks) = blocks {
             let sent_us = guard.local_now_us();
             let slot = blocks.slot(client);
@@ -475,27 +364,29 @@ impl GuardedLimiter {
         }
         // An open circuit answers before a check is even begun.
         if guard.remote && !guard.breaker(client).permit() {
-            return self.fail(client, cost, extras.reserve, None, span);
+            return self.fail(client, options, None, span);
         }
-        let now = guard.clock.as_ref().map(|clock| clock());
-        match start(&guard.limiter, &guard.policies, client, cost, now, &extras) {
+        let options = Options {
+            at: options.at.or_else(|| guard.clock.as_ref().map(|clock| clock())),
+            ..*options
+        };
+        match guard.limiter.start(&guard.policies, client, &options) {
             Started::Ready(Ok(decisions)) => Check::ready(guard.finish(decisions, &span)),
             Started::Ready(Err(error)) => {
                 guard.count_failed(error.kind());
-                self.fail(client, cost, extras.reserve, Some(error), span)
+                self.fail(client, &options, Some(error), span)
             }
             Started::Waiting(answer) => {
                 let this = self.clone();
                 let client = client.to_owned();
                 let inside = span.clone();
-                let reserve = extras.reserve;
+                let options = Options { once: None, ..options };
                 Check::waiting(
                     async move {
                         let sent = Instant::now();
                         let answer = this.inner.within_budget(answer).await;
                         this.inner.metrics.round_trip(sent.elapsed());
-                        this.remote(answer, &client, cost, reserve, block, span)
-                            .await
+                        this.remote(answer, &client, &options, block, span).await
                     }
                     .instrument(inside),
                 )
@@ -509,12 +400,12 @@ impl GuardedLimiter {
         &self,
         answer: Result<Decisions, Error>,
         client: &str,
-        cost: u64,
-        reserve: bool,
+        options: &Options<'_>,
         block: Option<(Slot, u64)>,
         span: Span,
     ) -> Decisions {
         let guard = &*self.inner;
+        let cost = options.cost;
         match answer {
             Ok(decisions) => {
                 guard.breaker(client).record(true);
@@ -530,7 +421,7 @@ impl GuardedLimiter {
                 // One client's corrupt key says nothing about the backend's health.
                 guard.breaker(client).record(error.is_corrupt_state());
                 guard.count_failed(error.kind());
-                self.fail(client, cost, reserve, Some(error), span).await
+                self.fail(client, options, Some(error), span).await
             }
         }
     }
@@ -539,8 +430,7 @@ impl GuardedLimiter {
     fn fail(
         &self,
         client: &str,
-        cost: u64,
-        reserve: bool,
+        options: &Options<'_>,
         error: Option<Error>,
         span: Span,
     ) -> Check {
@@ -558,13 +448,14 @@ impl GuardedLimiter {
             }
             FailurePolicy::Local(local) => local,
         };
-        let now = guard.clock.as_ref().map(|clock| clock());
-        // A reservation stays one in the local limiter, so its refund is owed there.
-        let extras = Extras {
+        // A reservation stays one in the local limiter, so its refund is owed there; request
+        // ids are the backend's to remember.
+        let options = Options {
+            at: options.at.or_else(|| guard.clock.as_ref().map(|clock| clock())),
             once: None,
-            reserve,
+            ..*options
         };
-        match start(local, &guard.policies, client, cost, now, &extras) {
+        match local.start(&guard.policies, client, &options) {
             Started::Ready(answer) => Check::ready(guard.fallback(answer, error, &span)),
             Started::Waiting(answer) => {
                 let this = self.clone();
@@ -579,10 +470,6 @@ impl GuardedLimiter {
 #[cfg(feature = "cluster")]
 const SLOT_RANGES: usize = 64;
 
-/// The share of a limit under which an allowed decision counts as near the limit.
-const DEFAULT_NEAR_SHARE: f64 = 0.2;
-/// Delay mode: the most requests waiting for their slot at once, per guard.
-const DEFAULT_MAX_WAITING: usize = 1_024;
 
 fn waiters(metrics: &Metrics, max: usize) -> Waiters {
     let (gauge, rejected) = metrics.waiting();
@@ -742,19 +629,33 @@ impl Guard {
     }
 }
 
-fn start(
-    limiter: &Limiter,
-    policies: &Arc<[Policy]>,
-    client: &str,
-    cost: u64,
-    now: Option<Timestamp>,
-    extras: &Extras,
-) -> Started {
-    let backend = limiter.backend();
-    backend.start(limiter.keys(), policies, client, cost, now, extras)
-}
-
 fn process_start() -> Instant {
     static START: OnceLock<Instant> = OnceLock::new();
     *START.get_or_init(Instant::now)
+}
+
+impl<'a> CheckRequest<'a, GuardedLimiter> {
+    /// Begins the check: decided at once (the memory backend, a local block, an open
+    /// circuit: see [`Check::into_ready`]) or waiting for Redis.
+    pub fn start(self) -> Check {
+        self.on.checked(self.client, &self.options)
+    }
+}
+
+impl<'a> std::future::IntoFuture for CheckRequest<'a, GuardedLimiter> {
+    type Output = Decisions;
+    type IntoFuture = Check;
+
+    fn into_future(self) -> Check {
+        self.start()
+    }
+}
+
+impl<'a> std::future::IntoFuture for RefundRequest<'a, GuardedLimiter> {
+    type Output = bool;
+    type IntoFuture = RefundFuture<'a, bool>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.on.refunded(self.reserved, self.cost, self.at))
+    }
 }

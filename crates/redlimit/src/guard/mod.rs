@@ -3,6 +3,7 @@
 //! every outcome. [`GuardedLimiter`] holds them together.
 
 mod block_cache;
+mod builder;
 mod check;
 mod circuit_breaker;
 mod error_log;
@@ -16,6 +17,7 @@ mod waiting;
 
 pub use self::{
     block_cache::BlockCache,
+    builder::GuardBuilder,
     check::Check,
     circuit_breaker::CircuitBreaker,
     failure_policy::FailurePolicy,

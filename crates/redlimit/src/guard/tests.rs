@@ -57,16 +57,16 @@ async fn a_check_on_redis_hashes_the_client_once_and_locks_the_cache_once_a_step
         .window(Duration::from_secs(600))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::new(Limiter::new(redis), [policy])
-        .expect("valid")
-        .budget(Duration::from_secs(5));
+    let guard = GuardedLimiter::builder(Limiter::new(redis), policy)
+        .budget(Duration::from_secs(5))
+        .build();
     let counts = || guard.blocks().expect("on by default").counts.get();
 
-    let allowed = guard.check("client", 1).await;
+    let allowed = guard.check("client").await;
     assert!(allowed.allowed() && allowed[0].reason == Reason::Redis);
     assert_eq!(counts(), (1, 1), "allowed: one hash, one lookup");
 
-    let denied = guard.check("client", 1).await;
+    let denied = guard.check("client").await;
     assert!(!denied.allowed() && denied[0].reason == Reason::Redis);
     assert_eq!(
         counts(),
@@ -74,7 +74,7 @@ async fn a_check_on_redis_hashes_the_client_once_and_locks_the_cache_once_a_step
         "denied: one hash, the lookup and the record"
     );
 
-    let blocked = guard.check("client", 1).await;
+    let blocked = guard.check("client").await;
     assert_eq!(blocked[0].reason, Reason::LocalBlock);
     assert_eq!(counts(), (3, 4), "blocked: one hash, one lookup");
 }

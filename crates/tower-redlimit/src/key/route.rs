@@ -19,7 +19,7 @@ use super::KeyExtractor;
 ///     .limit(1_000)
 ///     .window(std::time::Duration::from_secs(1))
 ///     .build()?;
-/// let layer = RateLimitLayer::with_policies(Limiter::new(MemoryBackend::default()), [policy])?
+/// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy).build())
 ///     .key(MatchedRoute);
 /// let app: Router = Router::new()
 ///     .route("/users/{id}", get(|| async { "a user" }))

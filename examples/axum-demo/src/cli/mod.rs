@@ -101,8 +101,8 @@ pub async fn run(args: &Args) -> Result<String, Failure> {
         }
         Command::Check => {
             let decision = limiter
-                .check(&policy, client, 1)
-                .await
+                .check(&PolicySet::from(policy.clone()), client)
+                .await.map(|d| d[0].clone())
                 .map_err(|e| redis(&e))?;
             let verdict = if decision.allowed {
                 "allowed"

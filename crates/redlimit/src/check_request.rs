@@ -1,0 +1,232 @@
+use std::{
+    fmt,
+    future::{Future, IntoFuture},
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use crate::{Decisions, Error, PolicySet, Timestamp, backend::Started};
+
+/// One check of a [`PolicySet`] for one client, built as a value and decided when awaited.
+///
+/// Made by [`Limiter::check`](crate::Limiter::check) (awaited: `Result<Decisions, Error>`) or
+/// [`GuardedLimiter::check`](crate::GuardedLimiter::check) (awaited: [`Decisions`], whatever
+/// the backend does). Its options compose: a request of cost 3, counted once per request id,
+/// kept refundable, at an explicit time, is one check and, on Redis, one script call.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet, Timestamp};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let limiter = Limiter::new(MemoryBackend::default());
+/// let uploads = PolicySet::from(
+///     Policy::builder("uploads", Algorithm::TokenBucket)
+///         .limit(10)
+///         .window(Duration::from_secs(60))
+///         .build()?,
+/// );
+/// let at = Timestamp::from_millis(1_700_000_000_000);
+/// let first = limiter
+///     .check(&uploads, "alice")
+///     .cost(3)
+///     .once("request-7f3a", Duration::from_secs(60))
+///     .at(at)
+///     .await?;
+/// assert_eq!(first[0].remaining, 7);
+/// // The same request id again: the first answer, nothing more consumed.
+/// let retry = limiter.check(&uploads, "alice").cost(3).once("request-7f3a", Duration::from_secs(60)).at(at).await?;
+/// assert_eq!(retry[0].remaining, 7);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[must_use = "a check does nothing unless awaited"]
+pub struct CheckRequest<'a, On> {
+    pub(crate) on: &'a On,
+    pub(crate) set: &'a PolicySet,
+    pub(crate) client: &'a str,
+    pub(crate) options: Options<'a>,
+}
+
+/// What a check asks for besides its policies and client; each builder method of
+/// [`CheckRequest`] sets one field.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options<'a> {
+    pub(crate) cost: u64,
+    /// An explicit time instead of the backend's clock.
+    pub(crate) at: Option<Timestamp>,
+    /// A request id whose retries within the window (ms) are answered once.
+    pub(crate) once: Option<(&'a str, u64)>,
+    /// Whether an admitted check stays refundable.
+    pub(crate) reserve: bool,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Self {
+            cost: 1,
+            at: None,
+            once: None,
+            reserve: false,
+        }
+    }
+}
+
+/// The longest a request id's first answer is remembered.
+const MAX_ONCE_WINDOW: Duration = Duration::from_secs(86_400);
+
+impl<'a, On> CheckRequest<'a, On> {
+    pub(crate) fn new(on: &'a On, set: &'a PolicySet, client: &'a str) -> Self {
+        Self {
+            on,
+            set,
+            client,
+            options: Options::default(),
+        }
+    }
+
+    /// How much the request consumes. Defaults to 1; 0 peeks: it reports the quota and
+    /// consumes nothing.
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.options.cost = cost;
+        self
+    }
+
+    /// Decides at `time` instead of the backend's clock (Redis `TIME`): for tests and
+    /// deterministic replays. Defaults to the backend's clock.
+    pub fn at(mut self, time: Timestamp) -> Self {
+        self.options.at = Some(time);
+        self
+    }
+
+    /// Counts the request once per request `id` (an `Idempotency-Key`): a retry within
+    /// `window` (1 ms to 24 hours, clamped) gets the first check's decisions and consumes
+    /// nothing more, decided in the same script call, so a retry whose first reply was lost is
+    /// not counted twice. A retry's decisions are never refundable: the first request's refund
+    /// gives back what was taken. Defaults to none.
+    pub fn once(mut self, id: &'a str, window: Duration) -> Self {
+        let window = window.clamp(Duration::from_millis(1), MAX_ONCE_WINDOW);
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(1);
+        self.options.once = Some((id, window_ms));
+        self
+    }
+
+    /// Keeps what an admitted check takes refundable: for a request that should count only if
+    /// its response says so (a failed login, say), give it back with `refund` once the
+    /// response does not. A policy in delay mode cannot be reserved (the check fails with
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)). Defaults to a plain check.
+    pub fn reserve(mut self) -> Self {
+        self.options.reserve = true;
+        self
+    }
+}
+
+impl<On> fmt::Debug for CheckRequest<'_, On> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The client may be an API key: never shown.
+        f.debug_struct("CheckRequest")
+            .field("policies", &self.set)
+            .field("cost", &self.options.cost)
+            .field("at", &self.options.at)
+            .field("once", &self.options.once.is_some())
+            .field("reserve", &self.options.reserve)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future of a [`CheckRequest`] on a [`Limiter`](crate::Limiter): decided already when
+/// the backend is in process, else waiting for Redis's answer.
+#[must_use = "a check does nothing unless awaited"]
+pub struct CheckFuture {
+    state: State,
+}
+
+enum State {
+    Ready(Option<Result<Decisions, Error>>),
+    Waiting(Pin<Box<dyn Future<Output = Result<Decisions, Error>> + Send>>),
+}
+
+impl Future for CheckFuture {
+    type Output = Result<Decisions, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.state {
+            State::Ready(decided) => {
+                Poll::Ready(decided.take().expect("a check polled after it was decided"))
+            }
+            State::Waiting(answer) => answer.as_mut().poll(cx),
+        }
+    }
+}
+
+impl fmt::Debug for CheckFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckFuture").finish_non_exhaustive()
+    }
+}
+
+impl<'a> IntoFuture for CheckRequest<'a, crate::Limiter> {
+    type Output = Result<Decisions, Error>;
+    type IntoFuture = CheckFuture;
+
+    fn into_future(self) -> CheckFuture {
+        let state = match self.on.start(self.set, self.client, &self.options) {
+            Started::Ready(decided) => State::Ready(Some(decided)),
+            Started::Waiting(answer) => State::Waiting(answer),
+        };
+        CheckFuture { state }
+    }
+}
+
+/// A refund of what an admitted reservation took, decided when awaited: made by
+/// [`Limiter::refund`](crate::Limiter::refund) (awaited: `Result<bool, Error>`) or
+/// [`GuardedLimiter::refund`](crate::GuardedLimiter::refund) (awaited: `bool`); the answer is
+/// whether anything was given back.
+#[must_use = "a refund does nothing unless awaited"]
+pub struct RefundRequest<'a, On> {
+    pub(crate) on: &'a On,
+    pub(crate) reserved: &'a Decisions,
+    pub(crate) cost: u64,
+    pub(crate) at: Option<Timestamp>,
+}
+
+impl<'a, On> RefundRequest<'a, On> {
+    pub(crate) fn new(on: &'a On, reserved: &'a Decisions, cost: u64) -> Self {
+        Self {
+            on,
+            reserved,
+            cost,
+            at: None,
+        }
+    }
+
+    /// Gives back as of `time` instead of the backend's clock: for tests and replays (a window
+    /// that ended before `time` is not credited). Defaults to the backend's clock.
+    pub fn at(mut self, time: Timestamp) -> Self {
+        self.at = Some(time);
+        self
+    }
+}
+
+impl<On> fmt::Debug for RefundRequest<'_, On> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RefundRequest")
+            .field("cost", &self.cost)
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A boxed future of a refund: refunds are rare (only responses that do not count), so one
+/// allocation each costs nothing that matters.
+pub type RefundFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl<'a> IntoFuture for RefundRequest<'a, crate::Limiter> {
+    type Output = Result<bool, Error>;
+    type IntoFuture = RefundFuture<'a, Result<bool, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.on.refunded(self.reserved, self.cost, self.at))
+    }
+}

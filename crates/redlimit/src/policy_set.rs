@@ -1,0 +1,100 @@
+use std::{collections::HashSet, ops::Deref, sync::Arc};
+
+use crate::{ConfigError, Policy};
+
+/// The policies one check decides together, all or nothing, validated once when the set is
+/// built: checks then never validate.
+///
+/// A request passes only if every policy admits it, and a denied request consumes from none.
+/// Cheap to clone (the policies are shared); derefs to `[Policy]`. One policy converts with
+/// `From`.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, ConfigError, Policy, PolicySet};
+///
+/// let per_second = Policy::builder("per-second", Algorithm::Gcra)
+///     .limit(10)
+///     .window(Duration::from_secs(1))
+///     .build()?;
+/// let per_day = Policy::builder("per-day", Algorithm::FixedWindow)
+///     .limit(1_000)
+///     .window(Duration::from_secs(86_400))
+///     .build()?;
+/// let both = PolicySet::new([per_second.clone(), per_day])?;
+/// assert_eq!(both.len(), 2);
+///
+/// let twice = PolicySet::new([per_second.clone(), per_second.clone()]).unwrap_err();
+/// assert!(matches!(twice, ConfigError::Duplicate { field: "policies", .. }));
+/// let alone = PolicySet::from(per_second);
+/// assert_eq!(alone[0].name(), "per-second");
+/// # Ok::<(), ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySet {
+    policies: Arc<[Policy]>,
+}
+
+impl PolicySet {
+    /// The set of `policies`, checked in this order.
+    ///
+    /// # Errors
+    /// [`ConfigError::Missing`] for no policy, [`ConfigError::Duplicate`] naming a policy given
+    /// twice, [`ConfigError::Conflict`] for a policy in delay mode beside others (a request
+    /// waiting for one policy's slot cannot hold the others').
+    pub fn new(policies: impl IntoIterator<Item = Policy>) -> Result<Self, ConfigError> {
+        let policies: Arc<[Policy]> = policies.into_iter().collect();
+        if policies.is_empty() {
+            return Err(ConfigError::Missing { field: "policies" });
+        }
+        let mut names = HashSet::new();
+        if let Some(twice) = policies.iter().find(|p| !names.insert(p.name())) {
+            return Err(ConfigError::Duplicate {
+                field: "policies",
+                value: twice.name().to_owned(),
+            });
+        }
+        if policies.len() > 1 && policies.iter().any(|p| p.max_delay().is_some()) {
+            return Err(ConfigError::Conflict {
+                field: "max_delay",
+                with: "other policies in one set (a policy in delay mode is checked alone)",
+            });
+        }
+        Ok(Self { policies })
+    }
+
+    /// The largest cost every policy can grant: a larger one is denied for good.
+    pub fn capacity(&self) -> u64 {
+        self.policies.iter().map(Policy::capacity).min().unwrap_or(0)
+    }
+
+    /// Whether the set is one policy in delay mode.
+    pub fn is_delayed(&self) -> bool {
+        self.policies[0].max_delay().is_some()
+    }
+}
+
+impl From<Policy> for PolicySet {
+    fn from(policy: Policy) -> Self {
+        Self {
+            policies: Arc::new([policy]),
+        }
+    }
+}
+
+impl Deref for PolicySet {
+    type Target = [Policy];
+
+    fn deref(&self) -> &[Policy] {
+        &self.policies
+    }
+}
+
+impl<'a> IntoIterator for &'a PolicySet {
+    type Item = &'a Policy;
+    type IntoIter = std::slice::Iter<'a, Policy>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.policies.iter()
+    }
+}
