@@ -23,7 +23,8 @@ async fn one_check_span_per_request_with_its_fields_and_no_client_key() {
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .finish();
     let _tracing = tracing::subscriber::set_default(subscriber);
-    let guard = GuardedLimiter::builder(server.limiter(), policy(Algorithm::Gcra, 2, 60_000, None)).build();
+    let guard =
+        GuardedLimiter::builder(server.limiter(), policy(Algorithm::Gcra, 2, 60_000, None)).build();
     let app = keyed_app(guard);
     let statuses = [
         send(&app, "/", SECRET_KEY).await,

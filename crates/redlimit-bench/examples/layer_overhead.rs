@@ -2,6 +2,7 @@
 //! behind the layer on the memory backend. `cargo run --release -p redlimit-bench --example
 //! layer_overhead` prints nanoseconds per request for each.
 
+use redlimit::GuardedLimiter;
 use std::{
     convert::Infallible,
     time::{Duration, Instant},
@@ -33,9 +34,12 @@ fn main() {
                 .with_state(())
         };
         let limit = |style| {
-            RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy.clone()).build())
-                .key(HeaderKey::new("x-client").expect("a valid header"))
-                .headers(style)
+            RateLimitLayer::new(
+                GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy.clone())
+                    .build(),
+            )
+            .key(HeaderKey::new("x-client").expect("a valid header"))
+            .headers(style)
         };
         measure("bare", hello()).await;
         measure("layer, no headers", limit(HeaderStyle::None).layer(hello())).await;

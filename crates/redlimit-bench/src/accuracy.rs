@@ -8,6 +8,7 @@
 //! on/off bursts from a fixed pseudo-random sequence. Decided by the memory backend, whose
 //! arithmetic is the scripts' (a property test holds the two to identical decisions).
 
+use redlimit::PolicySet;
 use std::{ops::Range, time::Duration};
 
 use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, Timestamp};
@@ -86,8 +87,10 @@ pub(crate) async fn replay(algorithm: Algorithm, times: &[u64]) -> Outcome {
     for at in times {
         let now = Timestamp::from_millis(T0_MS + at);
         let decision = limiter
-            .check(&PolicySet::from(policy.clone()), "client").at(now)
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(policy.clone()), "client")
+            .at(now)
+            .await
+            .map(|d| d[0].clone())
             .expect("the memory backend decides");
         admitted.push(decision.allowed);
     }

@@ -2,6 +2,7 @@
 //! baseline), redlimit's script on a raw connection, redlimit with each algorithm, and the
 //! in-memory backend, interleaved round by round.
 
+use redlimit::PolicySet;
 use std::sync::Arc;
 
 use deadpool_redis::redis::{self, aio::MultiplexedConnection};
@@ -75,12 +76,16 @@ impl Contender {
             Self::Limiter(limiter, policy) => {
                 limiter
                     .check(&PolicySet::from(policy.clone()), client)
-                    .await.map(|d| d[0].clone())
+                    .await
+                    .map(|d| d[0].clone())
                     .expect("redlimit check");
             }
             Self::Limiters(limiter, policies) => {
                 limiter
-                    .check(&PolicySet::new(policies.iter().cloned()).expect("a valid set"), client)
+                    .check(
+                        &PolicySet::new(policies.iter().cloned()).expect("a valid set"),
+                        client,
+                    )
                     .await
                     .expect("redlimit check_all");
             }

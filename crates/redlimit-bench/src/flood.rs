@@ -26,7 +26,10 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
     let contenders: Vec<(&str, Arc<Flood>)> = [("flood_cache", true), ("flood_no_cache", false)]
         .into_iter()
         .map(|(name, cache)| {
-            let guard = GuardedLimiter::builder(redis_limiter(url, name), policy(Algorithm::FixedWindow, 100))
+            let guard = GuardedLimiter::builder(
+                redis_limiter(url, name),
+                policy(Algorithm::FixedWindow, 100),
+            )
             .budget(std::time::Duration::from_secs(2))
             .block_cache(cache.then(BlockCache::default))
             .build();

@@ -1,5 +1,6 @@
 //! Redis bytes per tracked key: the sliding log's growth with its limit.
 
+use redlimit::PolicySet;
 use redlimit::{Algorithm, Timestamp};
 
 use crate::decisions::{admin, bytes_per_key, policy, redis_limiter};
@@ -14,8 +15,11 @@ pub(crate) async fn sliding_log_growth(url: &str) -> Vec<(u64, f64)> {
         let p = policy(Algorithm::SlidingWindowLog, limit);
         let client = format!("full-{limit}");
         let decision = limiter
-            .check(&PolicySet::from(p.clone()), &client).cost(limit).at(now)
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(p.clone()), &client)
+            .cost(limit)
+            .at(now)
+            .await
+            .map(|d| d[0].clone())
             .expect("filling the log");
         assert!(decision.allowed && decision.remaining == 0);
         let key = limiter.keys().key(&p, &client);

@@ -166,8 +166,8 @@ pub use self::{
     decisions::Decisions,
     error::{Error, ErrorKind},
     guard::{
-        BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardBuilder, GuardedLimiter, Stats,
-        Waiting,
+        BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardBuilder, GuardedLimiter,
+        Stats, Waiting,
     },
     inspection::{Inspection, Scan},
     key::KeyScheme,

@@ -2,9 +2,7 @@ use std::time::Duration;
 
 use crate::{
     Backend, CheckRequest, ConfigError, Decisions, Error, ErrorKind, KeyScheme, Override, Policy,
-    PolicySet, RefundRequest, Timestamp,
-    backend::Started,
-    check_request::Options,
+    PolicySet, RefundRequest, Timestamp, backend::Started, check_request::Options,
 };
 
 /// Checks requests against policies, on a [`Backend`].

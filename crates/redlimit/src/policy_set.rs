@@ -65,7 +65,11 @@ impl PolicySet {
 
     /// The largest cost every policy can grant: a larger one is denied for good.
     pub fn capacity(&self) -> u64 {
-        self.policies.iter().map(Policy::capacity).min().unwrap_or(0)
+        self.policies
+            .iter()
+            .map(Policy::capacity)
+            .min()
+            .unwrap_or(0)
     }
 
     /// Whether the set is one policy in delay mode.

@@ -3,6 +3,7 @@
 
 mod support;
 
+use redlimit::GuardedLimiter;
 use std::convert::Infallible;
 
 use bytes::Bytes;
@@ -15,8 +16,10 @@ use tower_http::compression::CompressionLayer;
 use tower_redlimit::{Global, RateLimitLayer};
 
 fn layer() -> RateLimitLayer {
-    RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), support::policy(1)).build())
-        .key(Global)
+    RateLimitLayer::new(
+        GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), support::policy(1)).build(),
+    )
+    .key(Global)
 }
 
 fn request() -> Request<Full<Bytes>> {

@@ -21,7 +21,9 @@ fn limited(layer: RateLimitLayer) -> (RateLimit<Mock>, Handle) {
 }
 
 fn in_memory(limit: u64) -> RateLimitLayer {
-    RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy(limit)).build())
+    RateLimitLayer::new(
+        GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy(limit)).build(),
+    )
 }
 
 /// A guard whose checks wait for a Redis that refuses connections (a closed loopback port), so

@@ -616,29 +616,14 @@ impl Route {
     /// A message naming the route and the field.
     pub fn policy(&self) -> Result<Policy, ConfigFileError> {
         let name = self.name.clone().unwrap_or_else(|| policy_name(&self.path));
-        let mut builder = Policy::builder(name, self.algorithm)
-            .limit(self.limit)
-            .window(self.window)
-            .overrides(self.overrides);
-        if let Some(ban) = &self.ban {
-            builder = builder.ban(ban.ban());
-        }
-        if let Some(burst) = self.burst {
-            builder = builder.burst(burst);
-        }
         let at =
             |message: &dyn fmt::Display| ConfigFileError(format!("route {}: {message}", self.path));
-        match (self.mode, self.max_delay) {
-            (Mode::Delay, Some(max_delay)) => builder = builder.max_delay(max_delay),
-            (Mode::Delay, None) => return Err(at(&"max_delay is required with mode = \"delay\"")),
-            (Mode::Reject, Some(_)) => return Err(at(&"max_delay needs mode = \"delay\"")),
-            (Mode::Reject, None) => {}
-        }
-        builder.build().map_err(|e| at(&e))
+        self.built(name, self.limit, self.window, self.burst)
+            .map_err(|e| at(&e))
     }
 
     /// The route's policy for `tier`: its own numbers where `limits` gives none, named
-    /// `policy.tier`.
+    /// `policy.tier`; its mode, ban and overrides are the route's.
     ///
     /// # Errors
     /// A message naming the route and the field.
@@ -648,17 +633,41 @@ impl Route {
         };
         let limits = self.limits.get(tier).cloned().unwrap_or_default();
         let name = format!("{}.{tier}", self.policy()?.name());
+        self.built(
+            name,
+            limits.limit.unwrap_or(self.limit),
+            limits.window.unwrap_or(self.window),
+            limits.burst.or(self.burst),
+        )
+        .map_err(|e| at(&e))
+    }
+
+    /// A policy of this route's algorithm, mode, ban and overrides with these numbers: one
+    /// place, so every tier of a route limits as the route does.
+    fn built(
+        &self,
+        name: String,
+        limit: u64,
+        window: Duration,
+        burst: Option<u64>,
+    ) -> Result<Policy, String> {
         let mut builder = Policy::builder(name, self.algorithm)
-            .limit(limits.limit.unwrap_or(self.limit))
-            .window(limits.window.unwrap_or(self.window))
+            .limit(limit)
+            .window(window)
             .overrides(self.overrides);
         if let Some(ban) = &self.ban {
             builder = builder.ban(ban.ban());
         }
-        if let Some(burst) = limits.burst.or(self.burst) {
+        if let Some(burst) = burst {
             builder = builder.burst(burst);
         }
-        builder.build().map_err(|e| at(&e))
+        match (self.mode, self.max_delay) {
+            (Mode::Delay, Some(max_delay)) => builder = builder.max_delay(max_delay),
+            (Mode::Delay, None) => return Err("max_delay is required with mode = \"delay\"".into()),
+            (Mode::Reject, Some(_)) => return Err("max_delay needs mode = \"delay\"".into()),
+            (Mode::Reject, None) => {}
+        }
+        builder.build().map_err(|e| e.to_string())
     }
 
     /// The route's concurrency limit, if it has one: named after its policy.

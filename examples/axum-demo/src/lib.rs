@@ -12,7 +12,7 @@ use axum::{
     http::{HeaderMap, StatusCode, Uri},
     routing::{MethodFilter, MethodRouter, on},
 };
-use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, RedisBackend};
+use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, Policy, RedisBackend};
 use tower_redlimit::{AccessList, ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
 use self::config::{Count, Handler, KeyKind, RedisUrl, Route, SERVED_METHODS, Store};
@@ -69,13 +69,15 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
     let mut router = Router::new();
     for route in &config.routes {
         let at = |e: &dyn std::fmt::Display| ConfigFileError(format!("route {}: {e}", route.path));
-        let guard = GuardedLimiter::builder(limiter.clone(), route.policy()?)
-            .map_err(|e| at(&e))?
-            .failure(route.failure.unwrap_or(config.failure).policy())
-            .budget(route.budget.unwrap_or(config.budget))
-            .shadow(route.shadow)
-            .build();
-        let mut layer = RateLimitLayer::new(guard).headers(config.headers);
+        // Every guard of a route, its tiers' too, fails and waits alike.
+        let guard = |policy: Policy| {
+            GuardedLimiter::builder(limiter.clone(), policy)
+                .failure(route.failure.unwrap_or(config.failure).policy())
+                .budget(route.budget.unwrap_or(config.budget))
+                .shadow(route.shadow)
+                .build()
+        };
+        let mut layer = RateLimitLayer::new(guard(route.policy()?)).headers(config.headers);
         let list = |top: &[String], own: &[String]| {
             AccessList::new(top.iter().chain(own))
                 .map(|list| list.client_ip(client_ip.clone()))
@@ -97,13 +99,7 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
             let names: Vec<String> = route.limits.keys().cloned().collect();
             let mut tiers = Vec::new();
             for tier in &names {
-                let guard = GuardedLimiter::builder(limiter.clone(), route.tier_policy(tier)?)
-                    .map_err(|e| at(&e))?
-                    .failure(route.failure.unwrap_or(config.failure).policy())
-                    .budget(route.budget.unwrap_or(config.budget))
-                    .shadow(route.shadow)
-                    .build();
-                tiers.push(guard);
+                tiers.push(guard(route.tier_policy(tier)?));
             }
             layer = layer.tiers(tiers, tier_chooser(config, names)?);
         }

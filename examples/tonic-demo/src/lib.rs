@@ -2,7 +2,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use redlimit::{Algorithm, ConfigError, Limiter, Policy};
+use redlimit::{Algorithm, ConfigError, GuardedLimiter, Limiter, Policy};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 use tower_redlimit::{HeaderKey, MissingKey, RateLimitLayer};
@@ -61,9 +61,11 @@ pub fn layer(limiter: Limiter, limit: u64) -> Result<RateLimitLayer, ConfigError
         .limit(limit)
         .window(Duration::from_secs(60))
         .build()?;
-    Ok(RateLimitLayer::new(GuardedLimiter::builder(limiter, per_key).build())
-        .key(HeaderKey::new("x-api-key")?)
-        .missing_key(MissingKey::Shared("anonymous".to_owned())))
+    Ok(
+        RateLimitLayer::new(GuardedLimiter::builder(limiter, per_key).build())
+            .key(HeaderKey::new("x-api-key")?)
+            .missing_key(MissingKey::Shared("anonymous".to_owned())),
+    )
 }
 
 /// Serves the limited Greeter on `listener` until the task is dropped.

@@ -2,6 +2,7 @@
 //! clock is behind) never admits more: a check stamped before the latest time seen passes only
 //! if a peek at that latest time shows its cost available, and both backends decide alike.
 
+use redlimit::PolicySet;
 use std::collections::HashMap;
 
 use proptest::{
@@ -42,8 +43,11 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn decide(limiter: &Limiter, p: &Policy, cost: u64, ms: u64) -> Decision {
     limiter
-        .check(&PolicySet::from(p.clone()), "client").cost(cost).at(at_ms(T0 + ms))
-        .await.map(|d| d[0].clone())
+        .check(&PolicySet::from(p.clone()), "client")
+        .cost(cost)
+        .at(at_ms(T0 + ms))
+        .await
+        .map(|d| d[0].clone())
         .expect("a decision")
 }
 
@@ -162,8 +166,11 @@ async fn the_reported_sequences_admit_the_limit_and_no_more() {
             for (cost, ms) in [(5, t + 1), (1, t), (1, t + 2), (1, t), (1, t + 3)] {
                 let at = Timestamp::from_millis(T0 + ms);
                 if limiter
-                    .check(&PolicySet::from(p.clone()), "c").cost(cost).at(at)
-                    .await.map(|d| d[0].clone())
+                    .check(&PolicySet::from(p.clone()), "c")
+                    .cost(cost)
+                    .at(at)
+                    .await
+                    .map(|d| d[0].clone())
                     .expect("check")
                     .allowed
                 {

@@ -1,6 +1,7 @@
 //! Bans: more than `after` denials within `within` deny a client for a while, on every
 //! instance, doubling on repeats up to a maximum; on Redis and in memory alike.
 
+use redlimit::PolicySet;
 use std::{sync::Arc, time::Duration};
 
 use redlimit::{
@@ -31,7 +32,12 @@ fn banning(max: Option<Duration>) -> Policy {
 
 /// The retry of one check at `at` (ms): `None` when allowed.
 async fn retry_at(limiter: &Limiter, p: &Policy, at: u64) -> Option<u64> {
-    let d = limiter.check(&PolicySet::from(p.clone()), "c").at(at_ms(at)).await.map(|d| d[0].clone()).expect("check");
+    let d = limiter
+        .check(&PolicySet::from(p.clone()), "c")
+        .at(at_ms(at))
+        .await
+        .map(|d| d[0].clone())
+        .expect("check");
     match d.retry_after {
         None => None,
         Some(RetryAfter::After(wait)) => Some(u64::try_from(wait.as_millis()).expect("small")),
@@ -68,8 +74,10 @@ async fn the_fourth_denial_bans_for_ten_minutes_and_a_repeat_doubles_it() {
             "{backend}"
         );
         let during = limiter
-            .check(&PolicySet::from(p.clone()), "c").at(at_ms(T0 + 62_000))
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(p.clone()), "c")
+            .at(at_ms(T0 + 62_000))
+            .await
+            .map(|d| d[0].clone())
             .expect("check");
         assert!(during.banned && !during.allowed, "{backend}: {during:?}");
         let free = banned_at + 600_000;
@@ -99,8 +107,10 @@ async fn without_a_max_every_ban_lasts_the_same_and_other_clients_are_not_banned
         }
         assert_eq!(last, Some(600_000), "{backend}: not doubled");
         let other = limiter
-            .check(&PolicySet::from(p.clone()), "other").at(at_ms(T0 + 10))
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(p.clone()), "other")
+            .at(at_ms(T0 + 10))
+            .await
+            .map(|d| d[0].clone())
             .expect("check");
         assert!(other.allowed, "{backend}");
     }

@@ -1,6 +1,7 @@
 //! The local block cache never changes a decision: with and without it, the same checks give the
 //! same answers, while denied floods stop costing Redis commands.
 
+use redlimit::PolicySet;
 use redlimit::{Algorithm, BlockCache, GuardedLimiter, Limiter, Reason};
 use redlimit_tests::{RedisServer, TestClock};
 

@@ -1,5 +1,6 @@
 //! The same limiter on a real Redis Cluster (3 primaries, 3 replicas).
 
+use redlimit::PolicySet;
 use std::{
     sync::{
         Arc,
@@ -57,7 +58,11 @@ async fn ten_thousand_clients_spread_over_all_three_primaries() {
     let both = [p, policy(Algorithm::Gcra, 10, 3_600_000, None)];
     for client in 0..10_000 {
         let d = limiter
-            .check(&PolicySet::new(both.iter().cloned()).expect("a valid set"), &format!("client-{client}")).at(at_ms(T0))
+            .check(
+                &PolicySet::new(both.iter().cloned()).expect("a valid set"),
+                &format!("client-{client}"),
+            )
+            .at(at_ms(T0))
             .await
             .expect("no CROSSSLOT: both policies of a client share its slot");
         assert!(d.iter().all(|d| d.allowed));
@@ -172,7 +177,11 @@ async fn overrides_and_refunds_on_the_cluster() {
         let mut passed = 0;
         for i in 0..4 {
             let d = limiter
-                .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), client).at(at_ms(T0 + i))
+                .check(
+                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                    client,
+                )
+                .at(at_ms(T0 + i))
                 .await
                 .expect("check");
             assert_eq!(d[0].limit, 3, "{client}");
@@ -193,7 +202,12 @@ async fn overrides_and_refunds_on_the_cluster() {
         );
     }
     let reserved = limiter
-        .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "e").reserve().at(at_ms(T0))
+        .check(
+            &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+            "e",
+        )
+        .reserve()
+        .at(at_ms(T0))
         .await
         .expect("reserve");
     assert!(limiter.refund(&reserved, 1).await.expect("refund"));

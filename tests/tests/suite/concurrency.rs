@@ -1,5 +1,6 @@
 //! Atomicity under concurrency: many processes' worth of limiters on one key.
 
+use redlimit::PolicySet;
 use redlimit::{Algorithm, Limiter};
 use redlimit_tests::RedisServer;
 
@@ -27,8 +28,10 @@ pub(crate) async fn exactly_the_limit(new_limiter: impl Fn() -> Limiter) {
                     for _ in 0..3 {
                         // One explicit instant: nothing refills and no window ends mid-test.
                         let d = limiter
-                            .check(&PolicySet::from(p.clone()), "hot").at(at_ms(T0))
-                            .await.map(|d| d[0].clone())
+                            .check(&PolicySet::from(p.clone()), "hot")
+                            .at(at_ms(T0))
+                            .await
+                            .map(|d| d[0].clone())
                             .expect("check");
                         admitted += u64::from(d.allowed);
                     }

@@ -1,6 +1,7 @@
 //! Corrupt state is an error, never "allowed".
 
 use deadpool_redis::redis;
+use redlimit::PolicySet;
 use redlimit::{Algorithm, ErrorKind};
 use redlimit_tests::RedisServer;
 
@@ -105,7 +106,12 @@ async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
         for spoil in spoilers(algorithm, &key) {
             spoil_with(&mut connection, &key, &spoil);
             for cost in [0, 1] {
-                let result = limiter.check(&PolicySet::from(p.clone()), "victim").cost(cost).at(at_ms(T0 + 10)).await.map(|d| d[0].clone());
+                let result = limiter
+                    .check(&PolicySet::from(p.clone()), "victim")
+                    .cost(cost)
+                    .at(at_ms(T0 + 10))
+                    .await
+                    .map(|d| d[0].clone());
                 let err = result.expect_err("corrupt state must not decide");
                 assert_eq!(err.kind(), ErrorKind::CorruptState, "{algorithm}: {err}");
                 assert!(err.is_corrupt_state());
@@ -115,14 +121,19 @@ async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
                 );
             }
             // Server time takes the same path.
-            let err = limiter.check(&PolicySet::from(p.clone()), "victim").await.map(|d| d[0].clone()).expect_err("corrupt");
+            let err = limiter
+                .check(&PolicySet::from(p.clone()), "victim")
+                .await
+                .map(|d| d[0].clone())
+                .expect_err("corrupt");
             assert!(err.is_corrupt_state(), "{algorithm}: {err}");
         }
         // A corrupt key spoils only its own client.
         assert!(
             limiter
                 .check(&PolicySet::from(p.clone()), "bystander")
-                .await.map(|d| d[0].clone())
+                .await
+                .map(|d| d[0].clone())
                 .expect("check")
                 .allowed
         );
@@ -147,8 +158,10 @@ async fn opted_in_corrupt_state_is_deleted_counted_and_checked_again() {
             spoil_with(&mut connection, &key, &spoil);
             spoiled += 1;
             let decision = limiter
-                .check(&PolicySet::from(p.clone()), "victim").at(at_ms(T0 + 10))
-                .await.map(|d| d[0].clone())
+                .check(&PolicySet::from(p.clone()), "victim")
+                .at(at_ms(T0 + 10))
+                .await
+                .map(|d| d[0].clone())
                 .expect("repaired, then decided");
             assert!(decision.allowed, "{algorithm}: fresh state admits");
             assert_eq!(

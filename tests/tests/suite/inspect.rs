@@ -1,6 +1,7 @@
 //! Inspect, reset and scan on every topology and on memory: reading writes nothing, resetting
 //! gives a full quota, scanning finds every key.
 
+use redlimit::PolicySet;
 use std::time::Duration;
 
 use redlimit::{Algorithm, Limiter, MemoryBackend, RedisBackend, RetryAfter};
@@ -20,7 +21,14 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
         let what = format!("{name} {algorithm}");
         let client = "client {1}";
         for _ in 0..2 {
-            assert!(limiter.check(&PolicySet::from(p.clone()), client).await.map(|d| d[0].clone()).expect("check").allowed);
+            assert!(
+                limiter
+                    .check(&PolicySet::from(p.clone()), client)
+                    .await
+                    .map(|d| d[0].clone())
+                    .expect("check")
+                    .allowed
+            );
         }
         for _ in 0..2 {
             let seen = limiter.inspect(&p, client).await.expect("inspect");
@@ -36,7 +44,14 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
             assert!(!seen.state.is_empty(), "{what}");
             assert_eq!(seen.client(), "client%20%7B1%7D", "{what}: the escaped tag");
         }
-        assert!(limiter.check(&PolicySet::from(p.clone()), client).await.map(|d| d[0].clone()).expect("check").allowed);
+        assert!(
+            limiter
+                .check(&PolicySet::from(p.clone()), client)
+                .await
+                .map(|d| d[0].clone())
+                .expect("check")
+                .allowed
+        );
         let full = limiter.inspect(&p, client).await.expect("inspect");
         assert!(!full.decision.allowed, "{what}: a 4th would be denied");
         assert!(
@@ -52,12 +67,18 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
         assert!(
             limiter
                 .check(&PolicySet::from(other.clone()), client)
-                .await.map(|d| d[0].clone())
+                .await
+                .map(|d| d[0].clone())
                 .expect("check")
                 .allowed
         );
         assert!(
-            limiter.check(&PolicySet::from(p.clone()), client).await.map(|d| d[0].clone()).expect("check").allowed,
+            limiter
+                .check(&PolicySet::from(p.clone()), client)
+                .await
+                .map(|d| d[0].clone())
+                .expect("check")
+                .allowed,
             "{what}: counts again from zero"
         );
     }
@@ -101,10 +122,15 @@ async fn a_scan_of_a_cluster_finds_every_key_on_every_primary() {
         for _ in 0..=(client % 5) {
             limiter
                 .check(&PolicySet::from(p.clone()), &format!("c{client}"))
-                .await.map(|d| d[0].clone())
+                .await
+                .map(|d| d[0].clone())
                 .expect("check");
         }
-        limiter.check(&PolicySet::from(unrelated.clone()), "x").await.map(|d| d[0].clone()).expect("check");
+        limiter
+            .check(&PolicySet::from(unrelated.clone()), "x")
+            .await
+            .map(|d| d[0].clone())
+            .expect("check");
     }
     let scan = limiter.scan(&p, 100).await.expect("scan");
     assert!(scan.complete);

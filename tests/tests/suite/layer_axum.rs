@@ -1,6 +1,7 @@
 //! The layer fits axum everywhere a tower layer goes: the whole router, matched routes only, one
 //! handler.
 
+use redlimit::PolicySet;
 use std::time::Duration;
 
 use axum::{Router, body::Body, handler::Handler, http::Request, routing::get};
@@ -241,15 +242,14 @@ async fn the_cost_of_a_request_comes_from_the_cost_closure() {
 
 #[test]
 fn layer_configuration_mistakes_are_config_errors() {
-    let limiter = Limiter::new(MemoryBackend::default());
-    let err = RateLimitLayer::new(GuardedLimiter::builder(limiter.clone(), PolicySet::new([])).build()).expect_err("no policy");
+    let err = PolicySet::new([]).expect_err("no policy");
     assert_eq!(err.to_string(), "policies is required");
     let p = Policy::builder("p", Algorithm::Gcra)
         .limit(1)
         .window(Duration::from_secs(1))
         .build()
         .expect("valid");
-    let err = RateLimitLayer::new(GuardedLimiter::builder(limiter, PolicySet::new([p.clone(), p])).build()).expect_err("twice");
+    let err = PolicySet::new([p.clone(), p]).expect_err("twice");
     assert_eq!(err.to_string(), "policies has \"p\" twice");
     assert!(tower_redlimit::ClientIp::behind_proxies(["10.0.0.0/40"]).is_err());
     assert!(tower_redlimit::HeaderKey::new("not a header").is_err());

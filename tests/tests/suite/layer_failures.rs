@@ -33,7 +33,10 @@ async fn app_on(url: String, failure: FailurePolicy) -> SocketAddr {
         .budget(Duration::from_secs(1))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::builder(Limiter::new(backend), policy(Algorithm::Gcra, 1_000, 60_000, None))
+    let guard = GuardedLimiter::builder(
+        Limiter::new(backend),
+        policy(Algorithm::Gcra, 1_000, 60_000, None),
+    )
     .failure(failure)
     .budget(BUDGET)
     .circuit_breaker(CircuitBreaker::new(3, COOLDOWN))

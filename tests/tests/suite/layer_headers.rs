@@ -2,6 +2,7 @@
 //! client keys that a spoofed header cannot change.
 
 use axum::{Extension, Router, routing::get};
+use redlimit::PolicySet;
 use redlimit::{Algorithm, Decision, GuardedLimiter, Limiter, Policy};
 use redlimit_tests::{RedisServer, TestClock, http_get, serve};
 use tower_redlimit::{ClientIp, HeaderStyle, RateLimitLayer};
@@ -123,9 +124,12 @@ async fn the_first_exhausted_policy_denies_and_the_others_keep_their_quota() {
         .build()
         .expect("valid");
     let per_minute = policy(Algorithm::SlidingWindowLog, 5, 60_000, None);
-    let guard = GuardedLimiter::builder(server.limiter(), PolicySet::new([per_second, per_minute]).expect("guard"))
-        .clock(clock.clock())
-        .build();
+    let guard = GuardedLimiter::builder(
+        server.limiter(),
+        PolicySet::new([per_second, per_minute]).expect("guard"),
+    )
+    .clock(clock.clock())
+    .build();
     let layer = RateLimitLayer::new(guard);
     let address = serve(app(layer)).await;
     let mut seen = Vec::new();

@@ -31,7 +31,11 @@ async fn app(layer: RateLimitLayer, calls: &Arc<AtomicUsize>) -> std::net::Socke
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowed_network_sends_1000_requests_with_no_redis_command() {
     let server = RedisServer::start();
-    let guard = GuardedLimiter::builder(server.limiter(), policy(Algorithm::Gcra, 5, 3_600_000, None)).build();
+    let guard = GuardedLimiter::builder(
+        server.limiter(),
+        policy(Algorithm::Gcra, 5, 3_600_000, None),
+    )
+    .build();
     let layer = RateLimitLayer::new(guard)
         .allow(AccessList::new(["127.0.0.0/8", "key:unused"]).expect("a valid list"));
     let calls = Arc::new(AtomicUsize::new(0));
@@ -58,7 +62,11 @@ async fn an_allowed_network_sends_1000_requests_with_no_redis_command() {
     assert_eq!(sent.commands, 0, "1,000 allowed requests, no Redis command");
 
     let memory = MemoryBackend::default();
-    let guard = GuardedLimiter::builder(Limiter::new(memory.clone()), policy(Algorithm::Gcra, 5, 3_600_000, None)).build();
+    let guard = GuardedLimiter::builder(
+        Limiter::new(memory.clone()),
+        policy(Algorithm::Gcra, 5, 3_600_000, None),
+    )
+    .build();
     let layer = RateLimitLayer::new(guard).allow(AccessList::new(["127.0.0.1"]).expect("valid"));
     let address = app(layer, &calls).await;
     for _ in 0..20 {
@@ -71,7 +79,11 @@ async fn an_allowed_network_sends_1000_requests_with_no_redis_command() {
 async fn a_denied_key_gets_403_with_no_redis_command_and_no_service_call() {
     let server = RedisServer::start();
     let (guard, snapshotter) = recorded(|| {
-        GuardedLimiter::builder(server.limiter(), policy(Algorithm::Gcra, 5, 3_600_000, None)).build()
+        GuardedLimiter::builder(
+            server.limiter(),
+            policy(Algorithm::Gcra, 5, 3_600_000, None),
+        )
+        .build()
     });
     let layer = RateLimitLayer::new(guard)
         .key(HeaderKey::new("x-api-key").expect("a header"))

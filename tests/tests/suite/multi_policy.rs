@@ -1,5 +1,6 @@
 //! Several policies checked together: one round trip, all-or-nothing.
 
+use redlimit::PolicySet;
 use redlimit::{Algorithm, ErrorKind, Limiter, Reason};
 use redlimit_tests::RedisServer;
 
@@ -24,7 +25,12 @@ pub(crate) async fn all_or_nothing(limiter: &Limiter, backend: &str) {
         let both = both.clone();
         async move {
             limiter
-                .check(&PolicySet::new(both.iter().cloned()).expect("a valid set"), "client").cost(cost).at(at_ms(T0 + t))
+                .check(
+                    &PolicySet::new(both.iter().cloned()).expect("a valid set"),
+                    "client",
+                )
+                .cost(cost)
+                .at(at_ms(T0 + t))
                 .await
                 .expect("check")
         }
@@ -64,10 +70,19 @@ async fn bad_calls_are_invalid_input() {
     let server = RedisServer::start();
     let p = policy(Algorithm::Gcra, 1, 1_000, None);
     for (backend, limiter) in both_backends(&server) {
-        let none = limiter.check(&PolicySet::new([].iter().cloned()).expect("a valid set"), "c").await.expect_err("no policy");
+        let none = limiter
+            .check(
+                &PolicySet::new([].iter().cloned()).expect("a valid set"),
+                "c",
+            )
+            .await
+            .expect_err("no policy");
         assert_eq!(none.kind(), ErrorKind::InvalidInput, "{backend}");
         let twice = limiter
-            .check(&PolicySet::new([p.clone(), p.clone()].iter().cloned()).expect("a valid set"), "c")
+            .check(
+                &PolicySet::new([p.clone(), p.clone()].iter().cloned()).expect("a valid set"),
+                "c",
+            )
             .await
             .expect_err("same policy twice");
         assert!(twice.is_invalid_input(), "{backend}: {twice}");
@@ -79,7 +94,11 @@ async fn server_time_is_used_by_default() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     let p = policy(Algorithm::FixedWindowAnchored, 2, 60_000, None);
-    let first = limiter.check(&PolicySet::from(p.clone()), "c").await.map(|d| d[0].clone()).expect("check");
+    let first = limiter
+        .check(&PolicySet::from(p.clone()), "c")
+        .await
+        .map(|d| d[0].clone())
+        .expect("check");
     assert_eq!(first.reason, Reason::Redis);
     assert!(first.allowed);
     assert_eq!(first.remaining, 1);

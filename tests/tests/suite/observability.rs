@@ -72,7 +72,10 @@ pub(crate) fn value(all: &[(CompositeKey, f64)], name: &str, labels: &[(&str, &s
 async fn every_counter_of_a_known_sequence_has_its_exact_value() {
     let server = RedisServer::start();
     let (guard, snapshotter) = recorded(|| {
-        GuardedLimiter::builder(server.limiter(), policy(Algorithm::FixedWindow, 5, 3_600_000, None))
+        GuardedLimiter::builder(
+            server.limiter(),
+            policy(Algorithm::FixedWindow, 5, 3_600_000, None),
+        )
         .failure(FailurePolicy::Open)
         .budget(Duration::from_secs(5))
         .circuit_breaker(CircuitBreaker::new(1, Duration::from_secs(3_600)))
@@ -165,7 +168,10 @@ async fn every_counter_of_a_known_sequence_has_its_exact_value() {
 async fn shadow_mode_lets_would_be_denials_pass_and_counts_them() {
     let server = RedisServer::start();
     let (guard, snapshotter) = recorded(|| {
-        GuardedLimiter::builder(server.limiter(), policy(Algorithm::SlidingWindowLog, 3, 60_000, None))
+        GuardedLimiter::builder(
+            server.limiter(),
+            policy(Algorithm::SlidingWindowLog, 3, 60_000, None),
+        )
         .shadow(true)
         .build()
     });
@@ -192,7 +198,10 @@ async fn concurrency_decisions_are_counted_under_the_concurrency_policy() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _in_force = metrics::set_default_local_recorder(&recorder);
-    let guard = GuardedLimiter::builder(server.limiter(), policy(Algorithm::FixedWindow, 100, 3_600_000, None))
+    let guard = GuardedLimiter::builder(
+        server.limiter(),
+        policy(Algorithm::FixedWindow, 100, 3_600_000, None),
+    )
     .failure(FailurePolicy::Closed)
     .budget(Duration::from_secs(5))
     .build();

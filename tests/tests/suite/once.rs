@@ -1,6 +1,7 @@
 //! Retries counted once: a request id's first decision answers its retries, in the same script
 //! call on Redis, and in memory alike.
 
+use redlimit::PolicySet;
 use std::time::{Duration, Instant};
 
 use redlimit::{Algorithm, Limiter, Policy};
@@ -18,7 +19,11 @@ async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
         let mut seen = Vec::new();
         for _ in 0..5 {
             let d = limiter
-                .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").once("req-1", HOUR)
+                .check(
+                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                    "c",
+                )
+                .once("req-1", HOUR)
                 .await
                 .expect("check");
             seen.push((d.allowed(), d[0].remaining));
@@ -28,21 +33,37 @@ async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
             [(true, 2); 5],
             "{backend}: one consumed, the same answer"
         );
-        let plain = limiter.check(&PolicySet::from(p[0].clone()), "c").await.map(|d| d[0].clone()).expect("check");
+        let plain = limiter
+            .check(&PolicySet::from(p[0].clone()), "c")
+            .await
+            .map(|d| d[0].clone())
+            .expect("check");
         assert_eq!(
             plain.remaining, 1,
             "{backend}: the retries consumed nothing"
         );
-        limiter.check(&PolicySet::from(p[0].clone()), "c").await.map(|d| d[0].clone()).expect("check");
+        limiter
+            .check(&PolicySet::from(p[0].clone()), "c")
+            .await
+            .map(|d| d[0].clone())
+            .expect("check");
         for _ in 0..3 {
             let denied = limiter
-                .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").once("req-2", HOUR)
+                .check(
+                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                    "c",
+                )
+                .once("req-2", HOUR)
                 .await
                 .expect("check");
             assert!(!denied.allowed(), "{backend}: a denial is remembered too");
         }
         let other = limiter
-            .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").once("req-1", HOUR)
+            .check(
+                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                "c",
+            )
+            .once("req-1", HOUR)
             .await
             .expect("check");
         assert!(other.allowed(), "{backend}: req-1 still answers as first");
@@ -53,7 +74,11 @@ async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
         ];
         for _ in 0..4 {
             let d = limiter
-                .check(&PolicySet::new(pair.iter().cloned()).expect("a valid set"), "d").once("req-3", HOUR)
+                .check(
+                    &PolicySet::new(pair.iter().cloned()).expect("a valid set"),
+                    "d",
+                )
+                .once("req-3", HOUR)
                 .await
                 .expect("check");
             assert_eq!((d[0].remaining, d[1].remaining), (9, 9), "{backend}");
@@ -68,14 +93,22 @@ async fn after_the_window_the_same_id_counts_again() {
         let p = [policy(Algorithm::FixedWindow, 10, 3_600_000, None)];
         let window = Duration::from_millis(200);
         let first = limiter
-            .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").once("r", window)
+            .check(
+                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                "c",
+            )
+            .once("r", window)
             .await
             .expect("check");
         assert_eq!(first[0].remaining, 9, "{backend}");
         let started = Instant::now();
         loop {
             let again = limiter
-                .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").once("r", window)
+                .check(
+                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                    "c",
+                )
+                .once("r", window)
                 .await
                 .expect("check");
             if again[0].remaining == 8 {
@@ -110,7 +143,12 @@ async fn concurrent_retries_of_one_request_consume_once() {
             let (limiter, p) = (limiter.clone(), p.clone());
             tasks.spawn(async move {
                 let d = limiter
-                    .check(&PolicySet::new(std::slice::from_ref(&p).iter().cloned()).expect("a valid set"), "c").once("the-one", HOUR)
+                    .check(
+                        &PolicySet::new(std::slice::from_ref(&p).iter().cloned())
+                            .expect("a valid set"),
+                        "c",
+                    )
+                    .once("the-one", HOUR)
                     .await
                     .expect("check");
                 (instance, d[0].remaining)
@@ -133,12 +171,15 @@ async fn the_layer_counts_an_idempotency_key_once_until_its_window_ends() {
     use tower_redlimit::{Global, RateLimitLayer};
 
     let server = RedisServer::start();
-    let guard = GuardedLimiter::builder(server.limiter(), policy(Algorithm::FixedWindow, 3, 3_600_000, None))
-    .idempotency_window(Duration::from_millis(300))
+    let guard = GuardedLimiter::builder(
+        server.limiter(),
+        policy(Algorithm::FixedWindow, 3, 3_600_000, None),
+    )
     .build();
     let layer = RateLimitLayer::new(guard)
         .key(Global)
-        .idempotency_key(HeaderName::from_static("idempotency-key"));
+        .idempotency_key(HeaderName::from_static("idempotency-key"))
+        .idempotency_window(Duration::from_millis(300));
     let address = serve(
         Router::new()
             .route("/", get(|| async { "ok" }))

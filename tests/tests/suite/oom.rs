@@ -3,6 +3,7 @@
 
 use deadpool_redis::redis;
 use redlimit::Algorithm;
+use redlimit::PolicySet;
 use redlimit_tests::RedisServer;
 
 use crate::support::{at_ms, policy};
@@ -24,7 +25,14 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
         .collect();
     // Every algorithm has state for "old" before memory runs out.
     for p in &policies {
-        assert!(limiter.check(&PolicySet::from(p.clone()), "old").await.map(|d| d[0].clone()).expect("check").allowed);
+        assert!(
+            limiter
+                .check(&PolicySet::from(p.clone()), "old")
+                .await
+                .map(|d| d[0].clone())
+                .expect("check")
+                .allowed
+        );
     }
     // And a sliding log whose only entry has left the window: trimming it is a write that must
     // not open the door to the next ones.
@@ -33,8 +41,10 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
     let two_hours_ago = redlimit::Timestamp::now().as_micros() / 1000 - 7_200_000;
     assert!(
         limiter
-            .check(&PolicySet::from(log.clone()), "stale").at(at_ms(two_hours_ago))
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(log.clone()), "stale")
+            .at(at_ms(two_hours_ago))
+            .await
+            .map(|d| d[0].clone())
             .expect("check")
             .allowed
     );
@@ -61,7 +71,8 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
             for _ in 0..5 {
                 let err = limiter
                     .check(&PolicySet::from(p.clone()), client)
-                    .await.map(|d| d[0].clone())
+                    .await
+                    .map(|d| d[0].clone())
                     .expect_err("no admission without memory to record it");
                 assert!(err.to_string().contains("OOM"), "{}: {err}", p.name());
             }

@@ -1,6 +1,7 @@
 //! Per-client overrides: other numbers for one client, set at run time, read by every instance
 //! in the check's own script call; on Redis and in memory alike.
 
+use redlimit::PolicySet;
 use std::time::Duration;
 
 use redlimit::{Algorithm, ConfigError, ErrorKind, Limiter, Override, Policy};
@@ -25,8 +26,10 @@ async fn admitted(limiter: &Limiter, p: &Policy, client: &str, from: u64, n: u64
     let mut limit = 0;
     for i in 0..n {
         let d = limiter
-            .check(&PolicySet::from(p.clone()), client).at(at_ms(T0 + from + i))
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(p.clone()), client)
+            .at(at_ms(T0 + from + i))
+            .await
+            .map(|d| d[0].clone())
             .expect("check");
         passed += u64::from(d.allowed);
         limit = d.limit;
@@ -88,7 +91,11 @@ async fn every_instance_sees_an_override_at_once_in_one_command_per_check() {
     ];
     for limiter in [&one, &two] {
         let d = limiter
-            .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "k1").at(at_ms(T0))
+            .check(
+                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                "k1",
+            )
+            .at(at_ms(T0))
             .await
             .expect("check");
         assert_eq!(d[0].limit, 1);
@@ -100,7 +107,11 @@ async fn every_instance_sees_an_override_at_once_in_one_command_per_check() {
     let mut passed = 0;
     for (i, limiter) in [&two, &one, &two, &one].into_iter().enumerate() {
         let d = limiter
-            .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "k1").at(at_ms(T0 + 1 + i as u64))
+            .check(
+                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                "k1",
+            )
+            .at(at_ms(T0 + 1 + i as u64))
             .await
             .expect("check");
         assert_eq!(d[0].limit, 3, "instance {i} reads the override");
@@ -111,7 +122,11 @@ async fn every_instance_sees_an_override_at_once_in_one_command_per_check() {
     assert_eq!(sent.commands, 4, "one command per check");
     two.clear_override(&p[0], "k1").await.expect("clear");
     let d = one
-        .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "k1").at(at_ms(T0 + 10))
+        .check(
+            &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+            "k1",
+        )
+        .at(at_ms(T0 + 10))
         .await
         .expect("check");
     assert_eq!(
@@ -132,18 +147,34 @@ async fn overrides_work_with_request_ids_and_refunds() {
             .expect("set");
         for _ in 0..3 {
             let d = limiter
-                .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").once("req-1", DAY)
+                .check(
+                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                    "c",
+                )
+                .once("req-1", DAY)
                 .await
                 .expect("check");
             assert_eq!((d[0].limit, d[0].remaining), (4, 3), "{backend}");
         }
-        let reserved = limiter.check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").reserve().await.expect("reserve");
+        let reserved = limiter
+            .check(
+                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                "c",
+            )
+            .reserve()
+            .await
+            .expect("reserve");
         assert_eq!(reserved[0].remaining, 2, "{backend}");
         assert!(
             limiter.refund(&reserved, 1).await.expect("refund"),
             "{backend}: the refund finds the override's key"
         );
-        let peek = limiter.check(&PolicySet::from(p[0].clone()), "c").cost(0).await.map(|d| d[0].clone()).expect("peek");
+        let peek = limiter
+            .check(&PolicySet::from(p[0].clone()), "c")
+            .cost(0)
+            .await
+            .map(|d| d[0].clone())
+            .expect("peek");
         assert_eq!(peek.remaining, 3, "{backend}");
     }
 }
@@ -207,7 +238,14 @@ async fn inspect_and_reset_see_the_override_in_force() {
             .await
             .expect("set");
         for _ in 0..2 {
-            assert!(limiter.check(&PolicySet::from(p.clone()), "c").await.map(|d| d[0].clone()).expect("check").allowed);
+            assert!(
+                limiter
+                    .check(&PolicySet::from(p.clone()), "c")
+                    .await
+                    .map(|d| d[0].clone())
+                    .expect("check")
+                    .allowed
+            );
         }
         let seen = limiter.inspect(&p, "c").await.expect("inspect");
         assert_eq!(

@@ -5,6 +5,7 @@ use proptest::{
     prelude::*,
     test_runner::{Config, TestRunner},
 };
+use redlimit::PolicySet;
 use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, Timestamp};
 use redlimit_tests::RedisServer;
 
@@ -75,11 +76,21 @@ fn run_parity(
                 let (on_redis, in_memory) = runtime.block_on(async {
                     (
                         redis
-                            .check(&PolicySet::new(policies.iter().cloned()).expect("a valid set"), &client).cost(step.cost).at(at)
+                            .check(
+                                &PolicySet::new(policies.iter().cloned()).expect("a valid set"),
+                                &client,
+                            )
+                            .cost(step.cost)
+                            .at(at)
                             .await
                             .expect("redis"),
                         memory
-                            .check(&PolicySet::new(policies.iter().cloned()).expect("a valid set"), &client).cost(step.cost).at(at)
+                            .check(
+                                &PolicySet::new(policies.iter().cloned()).expect("a valid set"),
+                                &client,
+                            )
+                            .cost(step.cost)
+                            .at(at)
                             .await
                             .expect("memory"),
                     )

@@ -1,5 +1,6 @@
 //! The classic pitfalls of Redis rate limiters: TTL set once, no immortal key, window-boundary bursts.
 
+use redlimit::PolicySet;
 use std::time::Duration;
 
 use deadpool_redis::redis;
@@ -27,7 +28,14 @@ async fn fixed_window_ttl_is_set_on_the_first_hit_and_never_extended() {
         );
         let mut last = i64::MAX;
         for hit in 0..5 {
-            assert!(limiter.check(&PolicySet::from(p.clone()), "client").await.map(|d| d[0].clone()).expect("check").allowed);
+            assert!(
+                limiter
+                    .check(&PolicySet::from(p.clone()), "client")
+                    .await
+                    .map(|d| d[0].clone())
+                    .expect("check")
+                    .allowed
+            );
             let ttl = pttl(&mut connection, &key);
             assert!(ttl > 0 && ttl <= 60_000, "{algorithm} hit {hit}: {ttl}");
             // Each later hit leaves the TTL where time took it: it only falls.
@@ -81,10 +89,21 @@ async fn no_key_is_ever_left_without_a_ttl() {
             .collect();
         clock += next(400);
         let result = if next(2) == 0 {
-            limiter.check(&PolicySet::new(chosen.iter().cloned()).expect("a valid set"), &client).cost(cost).await
+            limiter
+                .check(
+                    &PolicySet::new(chosen.iter().cloned()).expect("a valid set"),
+                    &client,
+                )
+                .cost(cost)
+                .await
         } else {
             limiter
-                .check(&PolicySet::new(chosen.iter().cloned()).expect("a valid set"), &client).cost(cost).at(at_ms(clock))
+                .check(
+                    &PolicySet::new(chosen.iter().cloned()).expect("a valid set"),
+                    &client,
+                )
+                .cost(cost)
+                .at(at_ms(clock))
                 .await
         };
         result.expect("check");
@@ -98,7 +117,11 @@ async fn no_key_is_ever_left_without_a_ttl() {
 async fn admitted(limiter: &Limiter, p: &redlimit::Policy, at: Timestamp, tries: u64) -> u64 {
     let mut admitted = 0;
     for _ in 0..tries {
-        let decision = limiter.check(&PolicySet::from(p.clone()), "c").at(at).await.map(|d| d[0].clone());
+        let decision = limiter
+            .check(&PolicySet::from(p.clone()), "c")
+            .at(at)
+            .await
+            .map(|d| d[0].clone());
         admitted += u64::from(decision.expect("check").allowed);
     }
     admitted
@@ -143,8 +166,11 @@ async fn sliding_log_never_admits_more_than_the_limit_in_any_window() {
         clock += seed % 120;
         let cost = 1 + (seed >> 20) % 3;
         let d = limiter
-            .check(&PolicySet::from(log.clone()), "c").cost(cost).at(at_ms(clock))
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(log.clone()), "c")
+            .cost(cost)
+            .at(at_ms(clock))
+            .await
+            .map(|d| d[0].clone())
             .expect("check");
         if d.allowed {
             admitted_at.extend(std::iter::repeat_n(

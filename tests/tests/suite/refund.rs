@@ -2,6 +2,7 @@
 //! most what it took, only to the window it counted in, and correctly under concurrency; on
 //! Redis and in memory alike.
 
+use redlimit::PolicySet;
 use std::{sync::Arc, time::Duration};
 
 use axum::{
@@ -21,14 +22,20 @@ use crate::support::{T0, at_ms, both_backends, policy};
 
 async fn reserve(limiter: &Limiter, p: &[Policy], at: u64) -> Decisions {
     limiter
-        .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").reserve().at(at_ms(at))
+        .check(
+            &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+            "c",
+        )
+        .reserve()
+        .at(at_ms(at))
         .await
         .expect("reserve")
 }
 
-async fn refund(limiter: &Limiter, p: &[Policy], reserved: &Decisions, at: u64) -> bool {
+async fn refund(limiter: &Limiter, reserved: &Decisions, at: u64) -> bool {
     limiter
-        .refund(reserved, 1).at(at_ms(at))
+        .refund(reserved, 1)
+        .at(at_ms(at))
         .await
         .expect("refund")
 }
@@ -51,10 +58,10 @@ async fn a_refund_gives_back_one_reservation_of_every_algorithm() {
             assert!(!denied.allowed(), "{name}: the 4th is denied");
             assert_eq!(denied.refundable(), None, "{name}: a denial took nothing");
             assert!(
-                !refund(&limiter, &p, &denied, T0 + 4).await,
+                !refund(&limiter, &denied, T0 + 4).await,
                 "{name}: nothing to give back"
             );
-            assert!(refund(&limiter, &p, &taken[1], T0 + 5).await, "{name}");
+            assert!(refund(&limiter, &taken[1], T0 + 5).await, "{name}");
             let after = reserve(&limiter, &p, T0 + 6).await;
             assert!(after.allowed(), "{name}: the refunded slot is free again");
             assert!(
@@ -85,7 +92,7 @@ async fn a_window_that_ended_is_not_credited_to_the_next() {
                 assert!(reserve(&limiter, &p, later + i).await.allowed(), "{name}");
             }
             assert!(
-                !refund(&limiter, &p, &old, later + 2).await,
+                !refund(&limiter, &old, later + 2).await,
                 "{name}: the old window is gone"
             );
             assert!(
@@ -102,22 +109,36 @@ async fn a_refund_gives_back_at_most_what_it_took() {
     for (backend, limiter) in both_backends(&server) {
         let p = [policy(Algorithm::FixedWindow, 10, 60_000, None)];
         let d = limiter
-            .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").cost(2).reserve().at(at_ms(T0))
+            .check(
+                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                "c",
+            )
+            .cost(2)
+            .reserve()
+            .at(at_ms(T0))
             .await
             .expect("reserve");
         assert_eq!(d.refundable(), Some(2), "{backend}");
         limiter
-            .refund(&d, 100).at(at_ms(T0 + 1))
+            .refund(&d, 100)
+            .at(at_ms(T0 + 1))
             .await
             .expect("refund");
         let peek = limiter
-            .check(&PolicySet::from(p[0].clone()), "c").cost(0).at(at_ms(T0 + 2))
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(p[0].clone()), "c")
+            .cost(0)
+            .at(at_ms(T0 + 2))
+            .await
+            .map(|d| d[0].clone())
             .expect("peek");
         assert_eq!(peek.remaining, 10, "{backend}: the 2 it took, not 100");
         // A plain check is not refundable.
         let plain = limiter
-            .check(&PolicySet::new(p.iter().cloned()).expect("a valid set"), "c").at(at_ms(T0 + 3))
+            .check(
+                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
+                "c",
+            )
+            .at(at_ms(T0 + 3))
             .await
             .expect("check");
         assert_eq!(plain.refundable(), None, "{backend}");
@@ -133,7 +154,11 @@ async fn a_refund_gives_back_at_most_what_it_took() {
             .build()
             .expect("a policy");
         let error = limiter
-            .check(&PolicySet::new([delayed].iter().cloned()).expect("a valid set"), "c").reserve()
+            .check(
+                &PolicySet::new([delayed].iter().cloned()).expect("a valid set"),
+                "c",
+            )
+            .reserve()
             .await
             .expect_err("delay mode");
         assert!(
@@ -156,7 +181,7 @@ async fn sixty_four_concurrent_mixed_requests_count_exactly_their_failures() {
                         let d = reserve(&limiter, &p, T0 + i).await;
                         let failed = i % 2 == 0;
                         if d.allowed() && !failed {
-                            assert!(refund(&limiter, &p, &d, T0 + i + 1).await);
+                            assert!(refund(&limiter, &d, T0 + i + 1).await);
                         }
                         d.allowed() && failed
                     })
@@ -167,8 +192,11 @@ async fn sixty_four_concurrent_mixed_requests_count_exactly_their_failures() {
                 counted += u64::from(task.await.expect("task"));
             }
             let peek = limiter
-                .check(&PolicySet::from(p[0].clone()), "c").cost(0).at(at_ms(T0 + 100))
-                .await.map(|d| d[0].clone())
+                .check(&PolicySet::from(p[0].clone()), "c")
+                .cost(0)
+                .at(at_ms(T0 + 100))
+                .await
+                .map(|d| d[0].clone())
                 .expect("peek");
             let count = limit - peek.remaining;
             assert_eq!(
@@ -247,8 +275,11 @@ async fn a_login_route_counts_only_failed_responses() {
             "{backend}: three failures used the limit"
         );
         let peek = limiter
-            .check(&PolicySet::from(p.clone()), "alice").cost(0).at(at_ms(T0))
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(p.clone()), "alice")
+            .cost(0)
+            .at(at_ms(T0))
+            .await
+            .map(|d| d[0].clone())
             .expect("peek");
         assert_eq!(peek.remaining, 0, "{backend}");
     }
@@ -279,7 +310,12 @@ async fn a_fallback_reservation_is_refunded_to_the_fallback() {
         "given back to the fallback"
     );
     assert_eq!(
-        guard.check("bob").reserve().await.most_restrictive().remaining,
+        guard
+            .check("bob")
+            .reserve()
+            .await
+            .most_restrictive()
+            .remaining,
         2
     );
 

@@ -1,5 +1,6 @@
 //! One Redis command per decision at steady state, counted by the server.
 
+use redlimit::PolicySet;
 use std::collections::HashMap;
 
 use deadpool_redis::redis;
@@ -28,11 +29,21 @@ async fn a_thousand_checks_cost_at_most_a_thousand_and_ten_commands() {
         let chosen = &policies[first..(first + 1 + i % 2).min(6)];
         let client = format!("client-{}", i % 37);
         if i % 3 == 0 {
-            limiter.check(&PolicySet::new(chosen.iter().cloned()).expect("a valid set"), &client).await.expect("check");
+            limiter
+                .check(
+                    &PolicySet::new(chosen.iter().cloned()).expect("a valid set"),
+                    &client,
+                )
+                .await
+                .expect("check");
         } else {
             let at = at_ms(T0 + u64::try_from(i).expect("small"));
             limiter
-                .check(&PolicySet::new(chosen.iter().cloned()).expect("a valid set"), &client).at(at)
+                .check(
+                    &PolicySet::new(chosen.iter().cloned()).expect("a valid set"),
+                    &client,
+                )
+                .at(at)
                 .await
                 .expect("check");
         }
@@ -53,13 +64,24 @@ async fn a_flushed_script_cache_is_reloaded_on_noscript() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     let p = policy(Algorithm::TokenBucket, 3, 60_000, None);
-    assert!(limiter.check(&PolicySet::from(p.clone()), "c").await.map(|d| d[0].clone()).expect("check").allowed);
+    assert!(
+        limiter
+            .check(&PolicySet::from(p.clone()), "c")
+            .await
+            .map(|d| d[0].clone())
+            .expect("check")
+            .allowed
+    );
     let mut admin = server.connection();
     // What a restart or a failover to a replica without the script looks like to a client.
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query(&mut admin)
         .expect("SCRIPT FLUSH");
-    let decision = limiter.check(&PolicySet::from(p.clone()), "c").await.map(|d| d[0].clone()).expect("reloaded");
+    let decision = limiter
+        .check(&PolicySet::from(p.clone()), "c")
+        .await
+        .map(|d| d[0].clone())
+        .expect("reloaded");
     assert_eq!(decision.remaining, 1);
 }

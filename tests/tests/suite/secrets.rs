@@ -1,5 +1,6 @@
 //! No password in any log line, `Debug` or `Display`; a wrong password is logged, once.
 
+use redlimit::PolicySet;
 use std::time::Duration;
 
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
@@ -32,7 +33,10 @@ async fn a_wrong_password_is_logged_once_and_no_password_shows_anywhere() {
     assert_secret_free("the builder's Debug", &format!("{builder:?}"));
     let backend = builder.build().expect("a valid url");
     assert_secret_free("the backend's Debug", &format!("{backend:?}"));
-    let guard = GuardedLimiter::builder(Limiter::new(backend), policy(Algorithm::FixedWindow, 5, 60_000, None))
+    let guard = GuardedLimiter::builder(
+        Limiter::new(backend),
+        policy(Algorithm::FixedWindow, 5, 60_000, None),
+    )
     .failure(FailurePolicy::Open)
     .budget(Duration::from_secs(5))
     .build();
@@ -65,8 +69,12 @@ async fn a_wrong_password_is_logged_once_and_no_password_shows_anywhere() {
         .build()
         .expect("a valid url");
     let err = Limiter::new(nowhere)
-        .check(&PolicySet::from(policy(Algorithm::Gcra, 5, 60_000, None).clone()), "c")
-        .await.map(|d| d[0].clone())
+        .check(
+            &PolicySet::from(policy(Algorithm::Gcra, 5, 60_000, None).clone()),
+            "c",
+        )
+        .await
+        .map(|d| d[0].clone())
         .expect_err("nothing listens");
     assert_secret_free("a connection error", &format!("{err} {err:?}"));
     assert_secret_free("the log", &logs.text());
@@ -89,7 +97,11 @@ async fn a_pool_the_application_built_carries_its_own_credentials() {
     let allowed: Vec<bool> = {
         let mut allowed = Vec::new();
         for _ in 0..3 {
-            let decision = limiter.check(&PolicySet::from(p.clone()), "c").await.map(|d| d[0].clone()).expect("decided");
+            let decision = limiter
+                .check(&PolicySet::from(p.clone()), "c")
+                .await
+                .map(|d| d[0].clone())
+                .expect("decided");
             assert_eq!(decision.reason, Reason::Redis);
             allowed.push(decision.allowed);
         }

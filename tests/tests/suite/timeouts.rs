@@ -1,5 +1,6 @@
 //! Every wait is bounded: an unreachable or silent Redis costs at most the time budget.
 
+use redlimit::PolicySet;
 use std::{
     net::TcpListener,
     thread,
@@ -39,7 +40,11 @@ async fn a_redis_that_never_answers_costs_the_budget() {
     let p = policy(Algorithm::Gcra, 10, 1_000, None);
     for _ in 0..3 {
         let started = Instant::now();
-        let err = limiter.check(&PolicySet::from(p.clone()), "c").await.map(|d| d[0].clone()).expect_err("no answer");
+        let err = limiter
+            .check(&PolicySet::from(p.clone()), "c")
+            .await
+            .map(|d| d[0].clone())
+            .expect_err("no answer");
         let took = started.elapsed();
         assert!(err.is_timeout() || err.is_backend(), "{err}");
         assert!(took < BUDGET + MARGIN, "took {took:?}");
@@ -55,7 +60,8 @@ async fn a_redis_that_is_down_fails_fast_and_is_used_again_when_back() {
     let started = Instant::now();
     let err = limiter
         .check(&PolicySet::from(p.clone()), "c")
-        .await.map(|d| d[0].clone())
+        .await
+        .map(|d| d[0].clone())
         .expect_err("nothing listens");
     assert!(err.is_backend() || err.is_timeout(), "{err}");
     assert!(started.elapsed() < BUDGET + MARGIN);
@@ -63,6 +69,10 @@ async fn a_redis_that_is_down_fails_fast_and_is_used_again_when_back() {
     // A server appears on that port: the same limiter reaches it without a restart.
     let server = RedisServer::start_on_port(port);
     assert_eq!(server.port(), port);
-    let decision = limiter.check(&PolicySet::from(p.clone()), "c").await.map(|d| d[0].clone()).expect("redis is back");
+    let decision = limiter
+        .check(&PolicySet::from(p.clone()), "c")
+        .await
+        .map(|d| d[0].clone())
+        .expect("redis is back");
     assert!(decision.allowed);
 }

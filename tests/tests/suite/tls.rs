@@ -1,5 +1,6 @@
 //! `rediss://` against a real redis-server with `--tls-port`, certificates made here.
 
+use redlimit::PolicySet;
 use std::{path::PathBuf, time::Duration};
 
 use deadpool_redis::redis;
@@ -86,7 +87,8 @@ async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_fai
     for _ in 0..3 {
         let decision = limiter
             .check(&PolicySet::from(p.clone()), "over-tls")
-            .await.map(|d| d[0].clone())
+            .await
+            .map(|d| d[0].clone())
             .expect("decided over TLS");
         assert_eq!(decision.reason, Reason::Redis);
         allowed.push(decision.allowed);

@@ -2,6 +2,7 @@
 //! real Redis and in memory. Each row: time after T0 (ms), cost, then the expected allowed,
 //! remaining, reset (ms) and retry (ms; -1 allowed, -2 never).
 
+use redlimit::PolicySet;
 use redlimit::{Algorithm, Limiter};
 use redlimit_tests::RedisServer;
 
@@ -25,8 +26,11 @@ pub(crate) async fn check_table(limiter: &Limiter, backend: &str, table: &Table)
     let client = format!("{algorithm}-{}-{limit}", table.window_ms);
     for (step, &(t, cost, allowed, remaining, reset, retry)) in table.rows.iter().enumerate() {
         let decision = limiter
-            .check(&PolicySet::from(policy.clone()), &client).cost(cost).at(at_ms(T0 + t))
-            .await.map(|d| d[0].clone())
+            .check(&PolicySet::from(policy.clone()), &client)
+            .cost(cost)
+            .at(at_ms(T0 + t))
+            .await
+            .map(|d| d[0].clone())
             .expect("check");
         let got = (
             decision.allowed,

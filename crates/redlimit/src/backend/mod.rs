@@ -102,7 +102,13 @@ impl Backend {
                                 decision(p, a, Reason::Memory)
                             });
                         let decisions = Decisions::new(decisions);
-                        return Started::Ready(Ok(stamp(decisions, options, set, client, Some(now_us))));
+                        return Started::Ready(Ok(stamp(
+                            decisions,
+                            options,
+                            set,
+                            client,
+                            Some(now_us),
+                        )));
                     }
                     None => (answers(), Some(now_us)),
                 };
@@ -260,14 +266,13 @@ fn stamp(
     taken_at_us: Option<u64>,
 ) -> Decisions {
     match taken_at_us {
-        Some(at_us) if options.reserve && decisions.allowed() && options.cost > 0 => {
-            decisions.reserved(Reservation {
+        Some(at_us) if options.reserve && decisions.allowed() && options.cost > 0 => decisions
+            .reserved(Reservation {
                 set: set.clone(),
                 client: client.into(),
                 cost: options.cost,
                 at_us,
-            })
-        }
+            }),
         _ => decisions,
     }
 }

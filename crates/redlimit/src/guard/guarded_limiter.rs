@@ -14,10 +14,9 @@ use super::{
     waiting::Waiters,
 };
 use crate::{
-    BlockCache, Check, CheckRequest, CircuitBreaker, ConcurrencyPolicy, Decision, Decisions,
-    Error, ErrorKind, FailurePolicy, Lease, Limiter, Policy, PolicySet, Reason, RefundFuture,
-    RefundRequest, Stats, Timestamp, Waiting, backend::Started, check_request::Options,
-    client_id,
+    BlockCache, Check, CheckRequest, CircuitBreaker, ConcurrencyPolicy, Decision, Decisions, Error,
+    ErrorKind, FailurePolicy, Lease, Limiter, Policy, PolicySet, Reason, RefundFuture,
+    RefundRequest, Stats, Timestamp, Waiting, backend::Started, check_request::Options, client_id,
 };
 
 /// A source of explicit check times, for tests and replays; see [`GuardedLimiter::clock`].
@@ -332,7 +331,10 @@ impl GuardedLimiter {
             (FailurePolicy::Local(local), Some(Reason::Fallback)) => local,
             _ => &guard.limiter,
         };
-        match guard.within_budget(limiter.refunded(reserved, cost, at)).await {
+        match guard
+            .within_budget(limiter.refunded(reserved, cost, at))
+            .await
+        {
             Ok(refunded) => refunded,
             Err(error) => {
                 guard.count_failed(error.kind());
@@ -367,7 +369,9 @@ impl GuardedLimiter {
             return self.fail(client, options, None, span);
         }
         let options = Options {
-            at: options.at.or_else(|| guard.clock.as_ref().map(|clock| clock())),
+            at: options
+                .at
+                .or_else(|| guard.clock.as_ref().map(|clock| clock())),
             ..*options
         };
         match guard.limiter.start(&guard.policies, client, &options) {
@@ -380,7 +384,10 @@ impl GuardedLimiter {
                 let this = self.clone();
                 let client = client.to_owned();
                 let inside = span.clone();
-                let options = Options { once: None, ..options };
+                let options = Options {
+                    once: None,
+                    ..options
+                };
                 Check::waiting(
                     async move {
                         let sent = Instant::now();
@@ -427,13 +434,7 @@ impl GuardedLimiter {
     }
 
     /// The failure policy's answer, after `error` (or with none: the circuit is open).
-    fn fail(
-        &self,
-        client: &str,
-        options: &Options<'_>,
-        error: Option<Error>,
-        span: Span,
-    ) -> Check {
+    fn fail(&self, client: &str, options: &Options<'_>, error: Option<Error>, span: Span) -> Check {
         let guard = &*self.inner;
         if let Some(error) = &error {
             guard.errors.report(error, &guard.policies);
@@ -451,7 +452,9 @@ impl GuardedLimiter {
         // A reservation stays one in the local limiter, so its refund is owed there; request
         // ids are the backend's to remember.
         let options = Options {
-            at: options.at.or_else(|| guard.clock.as_ref().map(|clock| clock())),
+            at: options
+                .at
+                .or_else(|| guard.clock.as_ref().map(|clock| clock())),
             once: None,
             ..*options
         };
@@ -469,7 +472,6 @@ impl GuardedLimiter {
 /// worth telling apart, and a primary's slots are usually one contiguous range.
 #[cfg(feature = "cluster")]
 const SLOT_RANGES: usize = 64;
-
 
 fn waiters(metrics: &Metrics, max: usize) -> Waiters {
     let (gauge, rejected) = metrics.waiting();

@@ -7,7 +7,7 @@ mod distribution;
 
 use std::{fmt::Write as _, time::Duration};
 
-use redlimit::{Inspection, Limiter, Override, Policy, RetryAfter};
+use redlimit::{Inspection, Limiter, Override, Policy, PolicySet, RetryAfter};
 use serde::Serialize;
 
 pub use self::{
@@ -102,7 +102,8 @@ pub async fn run(args: &Args) -> Result<String, Failure> {
         Command::Check => {
             let decision = limiter
                 .check(&PolicySet::from(policy.clone()), client)
-                .await.map(|d| d[0].clone())
+                .await
+                .map(|d| d[0].clone())
                 .map_err(|e| redis(&e))?;
             let verdict = if decision.allowed {
                 "allowed"
