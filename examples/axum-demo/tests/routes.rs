@@ -114,6 +114,19 @@ async fn a_gateway_header_can_name_the_tier() {
     );
 }
 
+/// A tier of a delay route waits for its slot as the route's own clients do, by its own numbers.
+#[tokio::test]
+async fn a_tier_of_a_delay_route_waits_too() {
+    let text = "tier_header = \"x-plan\"\n[[route]]\npath = \"/api\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1h\"\nkey = \"global\"\nmode = \"delay\"\nmax_delay = \"1s\"\nlimits = { gold = { limit = 36000 } }\n";
+    let router = app(&Config::parse(text).expect("valid")).expect("a router");
+    // Gold: one every 100 ms, a burst of 1; the second request waits its 100 ms, then passes.
+    let gold = statuses_with(&router, "x-plan", "gold", 2).await;
+    assert_eq!(gold, [200, 200], "the second gold request waited for its slot");
+    // The route's own: one an hour, so the next slot is past max_delay.
+    let basic = statuses_with(&router, "x-plan", "basic", 2).await;
+    assert_eq!(basic, [200, 429]);
+}
+
 #[tokio::test]
 async fn a_login_route_counts_only_failed_logins() {
     let text = "[[route]]\npath = \"/api\"\nalgorithm = \"sliding_window_log\"\nlimit = 3\nwindow = \"15m\"\nkey = \"global\"\nhandler = \"login\"\ncount = \"failures\"\n";

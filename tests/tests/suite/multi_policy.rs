@@ -1,7 +1,6 @@
 //! Several policies checked together: one round trip, all-or-nothing.
 
-use redlimit::PolicySet;
-use redlimit::{Algorithm, ErrorKind, Limiter, Reason};
+use redlimit::{Algorithm, ConfigError, Limiter, PolicySet, Reason};
 use redlimit_tests::RedisServer;
 
 use crate::support::{T0, at_ms, both_backends, policy};
@@ -65,28 +64,13 @@ pub(crate) async fn all_or_nothing(limiter: &Limiter, backend: &str) {
     );
 }
 
-#[tokio::test]
-async fn bad_calls_are_invalid_input() {
-    let server = RedisServer::start();
+#[test]
+fn bad_policy_sets_are_refused_when_built() {
     let p = policy(Algorithm::Gcra, 1, 1_000, None);
-    for (backend, limiter) in both_backends(&server) {
-        let none = limiter
-            .check(
-                &PolicySet::new([].iter().cloned()).expect("a valid set"),
-                "c",
-            )
-            .await
-            .expect_err("no policy");
-        assert_eq!(none.kind(), ErrorKind::InvalidInput, "{backend}");
-        let twice = limiter
-            .check(
-                &PolicySet::new([p.clone(), p.clone()].iter().cloned()).expect("a valid set"),
-                "c",
-            )
-            .await
-            .expect_err("same policy twice");
-        assert!(twice.is_invalid_input(), "{backend}: {twice}");
-    }
+    let none = PolicySet::new([]).expect_err("no policy");
+    assert_eq!(none, ConfigError::Missing { field: "policies" });
+    let twice = PolicySet::new([p.clone(), p]).expect_err("same policy twice");
+    assert_eq!(twice.to_string(), "policies has \"gcra\" twice");
 }
 
 #[tokio::test]

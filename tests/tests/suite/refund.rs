@@ -2,17 +2,17 @@
 //! most what it took, only to the window it counted in, and correctly under concurrency; on
 //! Redis and in memory alike.
 
-use redlimit::PolicySet;
 use std::{sync::Arc, time::Duration};
 
 use axum::{
     Router,
     body::Body,
-    http::{Request, StatusCode},
+    http::{HeaderName, Request, StatusCode},
     routing::get,
 };
 use redlimit::{
-    Algorithm, Decisions, FailurePolicy, GuardedLimiter, Limiter, Policy, Reason, Timestamp,
+    Algorithm, Decisions, FailurePolicy, GuardedLimiter, Limiter, Policy, PolicySet, Reason,
+    Timestamp,
 };
 use redlimit_tests::RedisServer;
 use tower::ServiceExt;
@@ -212,10 +212,12 @@ async fn sixty_four_concurrent_mixed_requests_count_exactly_their_failures() {
     }
 }
 
-/// `/login` answers the status the request's `x-status` header names.
+/// `/login` answers the status the request's `x-status` header names; retries of one
+/// `idempotency-key` are counted once.
 fn login_app(guard: GuardedLimiter) -> Router {
     let layer = RateLimitLayer::new(guard)
         .key(HeaderKey::new("x-key").expect("a header name"))
+        .idempotency_key(HeaderName::from_static("idempotency-key"))
         .count_when(|status, _| status.as_u16() >= 400);
     let handler = |request: Request<Body>| async move {
         let status = request
@@ -229,11 +231,17 @@ fn login_app(guard: GuardedLimiter) -> Router {
 }
 
 async fn login(app: &Router, status: u16) -> StatusCode {
-    let request = Request::get("/login")
+    login_once(app, status, None).await
+}
+
+async fn login_once(app: &Router, status: u16, id: Option<&str>) -> StatusCode {
+    let mut request = Request::get("/login")
         .header("x-key", "alice")
-        .header("x-status", status.to_string())
-        .body(Body::empty())
-        .expect("a request");
+        .header("x-status", status.to_string());
+    if let Some(id) = id {
+        request = request.header("idempotency-key", id);
+    }
+    let request = request.body(Body::empty()).expect("a request");
     app.clone()
         .oneshot(request)
         .await
@@ -282,6 +290,58 @@ async fn a_login_route_counts_only_failed_responses() {
             .map(|d| d[0].clone())
             .expect("peek");
         assert_eq!(peek.remaining, 0, "{backend}");
+    }
+}
+
+/// Request ids and counting by response together: a retry is decided once (it takes nothing)
+/// and refunded once (its first request's refund gave back what was taken; the retry gives
+/// back nothing more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_login_is_decided_once_and_refunded_once() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let p = Policy::builder("login", Algorithm::FixedWindow)
+            .limit(3)
+            .window(Duration::from_secs(3_600))
+            .build()
+            .expect("a policy");
+        let guard = GuardedLimiter::builder(limiter.clone(), p.clone())
+            .budget(Duration::from_secs(5))
+            .clock(Arc::new(|| Timestamp::from_millis(T0)))
+            .build();
+        let app = login_app(guard);
+        let set = PolicySet::from(p);
+        let remaining = || async {
+            let peek = limiter.check(&set, "alice").cost(0).at(at_ms(T0)).await;
+            peek.expect("peek")[0].remaining
+        };
+        // A failure counts, once however often it is retried.
+        for _ in 0..3 {
+            let status = login_once(&app, 401, Some("failed-1")).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{backend}");
+        }
+        assert_eq!(remaining().await, 2, "{backend}: one failure counted once");
+        // A success is reserved, then refunded; its retries take nothing and give nothing.
+        for _ in 0..3 {
+            let status = login_once(&app, 200, Some("ok-1")).await;
+            assert_eq!(status, StatusCode::OK, "{backend}");
+        }
+        assert_eq!(
+            remaining().await,
+            2,
+            "{backend}: the retries of a success gave back none of the failure's count"
+        );
+        // Two more failures use the limit, and a fresh id is then denied.
+        for id in ["failed-2", "failed-3"] {
+            let status = login_once(&app, 401, Some(id)).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{backend}");
+        }
+        let denied = login_once(&app, 200, Some("ok-2")).await;
+        assert_eq!(denied, StatusCode::TOO_MANY_REQUESTS, "{backend}");
+        // The first id's retry still gets its first answer.
+        let retried = login_once(&app, 200, Some("ok-1")).await;
+        assert_eq!(retried, StatusCode::OK, "{backend}");
+        assert_eq!(remaining().await, 0, "{backend}");
     }
 }
 
