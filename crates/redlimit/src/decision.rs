@@ -3,7 +3,7 @@ use std::{sync::Arc, time::Duration};
 /// The answer to one check of one policy.
 ///
 /// For a check of several policies together, each policy gets its own `Decision` and the request
-/// passes only if every one of them is `allowed`; see [`Limiter::check_all`](crate::Limiter::check_all).
+/// passes only if every one of them is `allowed`; see [`Limiter::check`](crate::Limiter::check).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Decision {
@@ -58,7 +58,7 @@ pub enum Reason {
     /// Decided by the local in-memory limiter standing in for a failed backend.
     Fallback,
     /// Would have been denied, and allowed because the guard is in shadow (dry-run) mode; see
-    /// [`GuardedLimiter::shadow`](crate::GuardedLimiter::shadow). `remaining`, `reset_after`
+    /// [`GuardBuilder::shadow`](crate::GuardBuilder::shadow). `remaining`, `reset_after`
     /// and `retry_after` are the denial's.
     Shadow,
 }

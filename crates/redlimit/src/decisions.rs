@@ -9,7 +9,7 @@ use crate::{Decision, Error, PolicySet, Reason, RetryAfter};
 ///
 /// ```
 /// use std::time::Duration;
-/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, RetryAfter};
+/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet, RetryAfter};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let limiter = Limiter::new(MemoryBackend::default());
@@ -22,8 +22,8 @@ use crate::{Decision, Error, PolicySet, Reason, RetryAfter};
 ///     .window(Duration::from_secs(86_400))
 ///     .build()?;
 /// let policies = [burst, daily];
-/// assert!(limiter.check_all(&policies, "k", 1).await?.allowed());
-/// let second = limiter.check_all(&policies, "k", 1).await?;
+/// assert!(limiter.check(&PolicySet::new(policies.iter().cloned()).expect("a valid set"), "k").await?.allowed());
+/// let second = limiter.check(&PolicySet::new(policies.iter().cloned()).expect("a valid set"), "k").await?;
 /// assert!(!second.allowed());
 /// assert_eq!(&*second.most_restrictive().policy, "burst");
 /// assert!(matches!(second.retry_after(), Some(RetryAfter::After(_))));
@@ -74,7 +74,7 @@ impl Decisions {
     }
 
     /// The cost an admitted reservation took, which a refund may give back (see
-    /// [`Limiter::reserve`](crate::Limiter::reserve)); `None` for a plain check, a denial,
+    /// [`CheckRequest::reserve`](crate::CheckRequest::reserve)); `None` for a plain check, a denial,
     /// or decisions of the failure policy.
     pub fn refundable(&self) -> Option<u64> {
         self.reservation.as_ref().map(|r| r.cost)

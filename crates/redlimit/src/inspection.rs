@@ -9,7 +9,7 @@ use crate::{Decision, Error, ErrorKind, Limiter, Policy, backend::Target};
 ///
 /// ```
 /// use std::time::Duration;
-/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let limiter = Limiter::new(MemoryBackend::default());
@@ -17,7 +17,7 @@ use crate::{Decision, Error, ErrorKind, Limiter, Policy, backend::Target};
 ///     .limit(2)
 ///     .window(Duration::from_secs(60))
 ///     .build()?;
-/// limiter.check(&policy, "alice", 1).await?;
+/// limiter.check(&PolicySet::from(policy.clone()), "alice").await.map(|d| d[0].clone())?;
 /// let seen = limiter.inspect(&policy, "alice").await?;
 /// assert!(seen.decision.allowed, "one more would pass");
 /// assert_eq!(seen.decision.remaining, 1, "nothing was consumed by looking");

@@ -12,15 +12,15 @@
 //!
 //! For operators: a [`GuardedLimiter`] reports every decision through the
 //! [`metrics`](https://docs.rs/metrics) facade and a `tracing` span per check (see its
-//! [metrics table](GuardedLimiter#metrics)), and can run in [shadow](GuardedLimiter::shadow)
+//! [metrics table](GuardedLimiter#metrics)), and can run in [shadow](GuardBuilder::shadow)
 //! (dry-run) mode; [`Limiter::inspect`], [`Limiter::reset`] and [`Limiter::scan`] read, clear and
 //! survey clients' state.
 //!
 //! Policies that fit real APIs: a client can be given other numbers at run time by every
 //! instance at once ([`Limiter::set_override`], for policies built with
 //! [`overrides`](PolicyBuilder::overrides)), banned after repeated denials ([`Ban`]), counted
-//! only when its response says so ([`Limiter::reserve`] and [`Limiter::refund`]), and counted
-//! once per request id when it retries ([`Limiter::check_once`]); each is decided in the check's
+//! only when its response says so ([`CheckRequest::reserve`] and [`Limiter::refund`]), and counted
+//! once per request id when it retries ([`CheckRequest::once`]); each is decided in the check's
 //! own script call, and a policy without them pays nothing for them.
 //!
 //! To limit an HTTP or gRPC service, put a guarded limiter in
@@ -30,7 +30,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, RetryAfter};
+//! use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet, RetryAfter};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! // Point this at Redis with `RedisBackend::builder("redis://127.0.0.1:6379").build()?`.
@@ -45,7 +45,7 @@
 //!     .build()?;
 //!
 //! // Both policies in one round trip; if either denies, neither consumes.
-//! let decisions = limiter.check_all(&[per_second, per_day], "api-key-42", 1).await?;
+//! let decisions = limiter.check(&PolicySet::new([per_second, per_day].iter().cloned()).expect("a valid set"), "api-key-42").await?;
 //! if decisions.allowed() {
 //!     // serve the request
 //! } else if let Some(RetryAfter::After(wait)) = decisions.retry_after() {
@@ -81,7 +81,7 @@
 //! - **A TTL on every write, in the same script**; a fixed window's is set when its counter is
 //!   created and never extended, so no key lives forever and no window is stretched.
 //! - **Redis's clock** (`TIME`), so app servers with skewed clocks agree;
-//!   [`Limiter::check_at`] takes an explicit [`Timestamp`] for tests and replays.
+//!   [`CheckRequest::at`] takes an explicit [`Timestamp`] for tests and replays.
 //! - **Cluster-ready keys**, `prefix:policy:{client}:algorithm:numbers` (see [`KeyScheme`]):
 //!   the client is the hash tag, so all policies of one client are in one slot; client text is
 //!   escaped, or hashed when long; changing a policy's numbers changes its keys.

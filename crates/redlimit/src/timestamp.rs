@@ -3,7 +3,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// A point in time, in whole microseconds since the Unix epoch.
 ///
 /// By default every check uses the backend's clock (Redis `TIME`, so app servers with skewed
-/// clocks agree). Pass a `Timestamp` to [`Limiter::check_at`](crate::Limiter::check_at) to decide
+/// clocks agree). Pass a `Timestamp` to [`CheckRequest::at`](crate::CheckRequest::at) to decide
 /// at an explicit time instead: tests and deterministic replays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);

@@ -20,7 +20,7 @@ pin_project! {
     /// ```
     /// use std::convert::Infallible;
     /// use http::{Request, Response};
-    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+    /// use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy};
     /// use tower::{Layer, Service, service_fn};
     /// use tower_redlimit::{Global, RateLimitLayer, ResponseFuture};
     ///

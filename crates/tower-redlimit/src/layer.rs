@@ -151,7 +151,7 @@ impl RateLimitLayer {
     /// or the request is dropped. A process that dies holding leases frees them after their TTL.
     ///
     /// ```
-    /// use redlimit::{ConcurrencyPolicy, Limiter, MemoryBackend, Policy, Algorithm};
+    /// use redlimit::{Algorithm, ConcurrencyPolicy, GuardedLimiter, Limiter, MemoryBackend, Policy};
     /// use tower_redlimit::RateLimitLayer;
     ///
     /// let per_minute = Policy::builder("per-minute", Algorithm::Gcra)
@@ -205,9 +205,8 @@ impl RateLimitLayer {
     ///         .limit(limit)
     ///         .window(Duration::from_secs(60))
     ///         .build()?;
-    ///     GuardedLimiter::builder(limiter.clone(), policy)
-    ///
-    ///.build() };
+    ///     Ok::<_, redlimit::ConfigError>(GuardedLimiter::builder(limiter.clone(), policy).build())
+    /// };
     /// let free = per_minute("free", 10)?;
     /// let pro = per_minute("pro", 1_000)?;
     /// let layer = RateLimitLayer::new(free)
@@ -254,7 +253,7 @@ impl RateLimitLayer {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+    /// use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy};
     /// use tower_redlimit::RateLimitLayer;
     ///
     /// let logins = Policy::builder("login", Algorithm::FixedWindow)

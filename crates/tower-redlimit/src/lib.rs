@@ -30,8 +30,6 @@
 //! # app().unwrap();
 //! ```
 //!
-//! [`RateLimitLayer::with_policies`] is the short form with the guard's defaults.
-//!
 //! # What a request meets
 //!
 //! - **A key.** [`ClientIp::peer`] (axum's `ConnectInfo`, tonic's `TcpConnectInfo`),
@@ -56,7 +54,7 @@
 //! - **Delay mode.** For a GCRA policy with
 //!   [`max_delay`](redlimit::PolicyBuilder::max_delay), a request whose slot is reserved in
 //!   the future waits for it (at most the guard's
-//!   [`max_waiting`](redlimit::GuardedLimiter::max_waiting) at once, else 429), then is
+//!   [`max_waiting`](redlimit::GuardBuilder::max_waiting) at once, else 429), then is
 //!   served; a waiter whose client goes away is dropped at once.
 //! - **Per request.** [`tiers`](RateLimitLayer::tiers) choose a guard by the request and its
 //!   key (an API key's plan); [`idempotency_key`](RateLimitLayer::idempotency_key) counts a

@@ -13,7 +13,7 @@ use crate::headers::seconds_up;
 /// use std::time::Duration;
 /// use bytes::Bytes;
 /// use http::{Response, StatusCode};
-/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+/// use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy};
 /// use tower_redlimit::{RateLimitLayer, Rejected};
 ///
 /// let policy = Policy::builder("api", Algorithm::Gcra)

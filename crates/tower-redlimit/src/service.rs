@@ -21,7 +21,7 @@ use crate::{
 /// ```
 /// use std::{convert::Infallible, time::Duration};
 /// use http::{Request, Response, StatusCode};
-/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+/// use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy};
 /// use tower::{Layer, ServiceExt, service_fn};
 /// use tower_redlimit::{Global, RateLimitLayer};
 ///

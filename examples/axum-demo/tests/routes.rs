@@ -121,7 +121,11 @@ async fn a_tier_of_a_delay_route_waits_too() {
     let router = app(&Config::parse(text).expect("valid")).expect("a router");
     // Gold: one every 100 ms, a burst of 1; the second request waits its 100 ms, then passes.
     let gold = statuses_with(&router, "x-plan", "gold", 2).await;
-    assert_eq!(gold, [200, 200], "the second gold request waited for its slot");
+    assert_eq!(
+        gold,
+        [200, 200],
+        "the second gold request waited for its slot"
+    );
     // The route's own: one an hour, so the next slot is past max_delay.
     let basic = statuses_with(&router, "x-plan", "basic", 2).await;
     assert_eq!(basic, [200, 429]);

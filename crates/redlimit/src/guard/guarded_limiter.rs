@@ -19,7 +19,7 @@ use crate::{
     RefundRequest, Stats, Timestamp, Waiting, backend::Started, check_request::Options, client_id,
 };
 
-/// A source of explicit check times, for tests and replays; see [`GuardedLimiter::clock`].
+/// A source of explicit check times, for tests and replays; see [`GuardBuilder::clock`].
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// A [`Limiter`] with a fixed set of policies, a time budget, a failure policy, a circuit

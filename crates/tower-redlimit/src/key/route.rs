@@ -12,7 +12,7 @@ use super::KeyExtractor;
 ///
 /// ```
 /// use axum::{Router, routing::get};
-/// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy};
+/// use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy};
 /// use tower_redlimit::{MatchedRoute, RateLimitLayer};
 ///
 /// let policy = Policy::builder("per-route", Algorithm::Gcra)
