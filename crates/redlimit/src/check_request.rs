@@ -60,6 +60,8 @@ pub(crate) struct Options<'a> {
     pub(crate) once: Option<(&'a str, u64)>,
     /// Whether an admitted check stays refundable.
     pub(crate) reserve: bool,
+    /// The check's one time budget, from its guard; `None`: the backend's.
+    pub(crate) budget: Option<Duration>,
 }
 
 impl Default for Options<'_> {
@@ -69,6 +71,7 @@ impl Default for Options<'_> {
             at: None,
             once: None,
             reserve: false,
+            budget: None,
         }
     }
 }

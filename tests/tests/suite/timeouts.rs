@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redlimit::{Algorithm, Limiter, RedisBackend};
+use redlimit::{Algorithm, CircuitBreaker, ErrorKind, GuardedLimiter, Limiter, RedisBackend};
 use redlimit_tests::{RedisServer, free_port};
 
 use crate::support::policy;
@@ -46,8 +46,38 @@ async fn a_redis_that_never_answers_costs_the_budget() {
             .map(|d| d[0].clone())
             .expect_err("no answer");
         let took = started.elapsed();
-        assert!(err.is_timeout() || err.is_backend(), "{err}");
+        assert!(err.is_timeout(), "{err}");
         assert!(took < BUDGET + MARGIN, "took {took:?}");
+    }
+    drop(holder);
+}
+
+/// A guarded check has one budget, the guard's, whether it is shorter or longer than the
+/// backend's: a Redis that never answers is counted as a timeout, never as a backend error.
+#[tokio::test]
+async fn a_hung_redis_is_always_counted_as_a_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("redis://{}", listener.local_addr().expect("address"));
+    let holder = thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(32) {
+            held.push(stream);
+        }
+    });
+    let p = policy(Algorithm::Gcra, 10, 1_000, None);
+    for guard_budget in [BUDGET / 2, BUDGET, BUDGET * 2] {
+        let guard = GuardedLimiter::builder(limiter(url.clone()), p.clone())
+            .budget(guard_budget)
+            .circuit_breaker(CircuitBreaker::new(u32::MAX, Duration::from_secs(1)))
+            .build();
+        for _ in 0..3 {
+            let decisions = guard.check("c").await;
+            let error = decisions.error().expect("failed open");
+            assert!(error.is_timeout(), "budget {guard_budget:?}: {error}");
+        }
+        let stats = guard.stats();
+        assert_eq!(stats.failed(ErrorKind::Timeout), 3, "{guard_budget:?}");
+        assert_eq!(stats.failed(ErrorKind::Backend), 0, "{guard_budget:?}");
     }
     drop(holder);
 }

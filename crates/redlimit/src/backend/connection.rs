@@ -5,6 +5,8 @@ use deadpool_redis::redis::{
     aio::{ConnectionLike, MultiplexedConnection},
 };
 
+use deadpool_redis::PoolError;
+
 use crate::{Error, ErrorKind};
 
 /// A pool per topology.
@@ -57,8 +59,14 @@ impl Pools {
     }
 
     pub(crate) async fn get(&self) -> Result<Held, Error> {
-        let unavailable = |err: &dyn std::fmt::Display| {
-            Error::new(ErrorKind::Backend, format!("no redis connection: {err}"))
+        // Out of time is a timeout whichever timer said so (the pool's or the connection's).
+        let unavailable = |err: &PoolError| {
+            let kind = match err {
+                PoolError::Timeout(_) => ErrorKind::Timeout,
+                PoolError::Backend(err) if err.is_timeout() => ErrorKind::Timeout,
+                _ => ErrorKind::Backend,
+            };
+            Error::new(kind, format!("no redis connection: {err}"))
         };
         Ok(match self {
             Self::Standalone(pool) => {

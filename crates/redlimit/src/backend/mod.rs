@@ -149,7 +149,7 @@ impl Backend {
                         now_us: options.at.map(Timestamp::as_micros),
                         extra: &extra,
                     };
-                    let reply = redis.check(call).await?;
+                    let reply = redis.check(call, options.budget).await?;
                     let mut limits = reply.limits.into_iter();
                     let decisions = set
                         .iter()

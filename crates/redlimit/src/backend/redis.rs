@@ -184,8 +184,13 @@ impl RedisBackend {
         self.inner.pools.is_cluster()
     }
 
-    /// Runs the check `call`: each policy's answer, and for a reservation the time it took.
-    pub(crate) async fn check(&self, call: Invocation<'_>) -> Result<script::Reply, Error> {
+    /// Runs the check `call` within `budget` (else the backend's): each policy's answer, and
+    /// for a reservation the time it took.
+    pub(crate) async fn check(
+        &self,
+        call: Invocation<'_>,
+        budget: Option<Duration>,
+    ) -> Result<script::Reply, Error> {
         let inner = &self.inner;
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
@@ -216,12 +221,13 @@ impl RedisBackend {
                 }
             }
         };
-        // The timeout is awaited here, not in `within_budget`: a check's future holds redis-rs's
-        // large one, and one more layer around it cost about 1 µs of CPU per check in the
-        // benchmark's HTTP mode (moves and polls of the larger state).
-        tokio::time::timeout(inner.budget, attempt)
+        // The check's one timer. Awaited here, not in `within_budget`: a check's future holds
+        // redis-rs's large one, and one more layer around it cost about 1 µs of CPU per check
+        // in the benchmark's HTTP mode (moves and polls of the larger state).
+        let budget = budget.unwrap_or(inner.budget);
+        tokio::time::timeout(budget, attempt)
             .await
-            .unwrap_or_else(|_| Err(self.timed_out()))
+            .unwrap_or_else(|_| Err(self.timed_out(budget)))
     }
 
     /// `attempt`, or a timeout once the budget is spent: for the operator's commands.
@@ -231,20 +237,17 @@ impl RedisBackend {
     ) -> Result<T, Error> {
         tokio::time::timeout(self.inner.budget, attempt)
             .await
-            .unwrap_or_else(|_| Err(self.timed_out()))
+            .unwrap_or_else(|_| Err(self.timed_out(self.inner.budget)))
     }
 
     /// The error of a command that ran out of the budget. A command that hangs may be stuck
     /// behind a dead connection: the next one takes a fresh connection.
-    fn timed_out(&self) -> Error {
+    fn timed_out(&self, budget: Duration) -> Error {
         let generation = self.lock().generation;
         self.discard(generation);
         Error::new(
             ErrorKind::Timeout,
-            format!(
-                "redis did not answer within its budget of {:?}",
-                self.inner.budget
-            ),
+            format!("redis did not answer within the budget of {budget:?}"),
         )
     }
 
@@ -515,10 +518,12 @@ impl RedisBackendBuilder {
         }
     }
 
-    /// The time budget of one check on this backend: waiting for a connection, connecting,
-    /// and the reply together. Defaults to 100 ms. A
-    /// [`GuardedLimiter`](crate::GuardedLimiter) has a budget of its own, after which its
-    /// failure policy answers.
+    /// The time budget of a check made without a guard, and of the operator's commands
+    /// (inspect, reset, overrides, leases): waiting for a connection, connecting and the reply
+    /// together. Defaults to 100 ms. A [`GuardedLimiter`](crate::GuardedLimiter)'s checks are
+    /// timed by [its budget](crate::GuardBuilder::budget) instead, on the same one timer, so
+    /// a guarded check has exactly one budget; either way, running out of it is
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     pub fn budget(mut self, budget: Duration) -> Self {
         self.budget = budget;
         self

@@ -81,8 +81,9 @@ impl GuardBuilder {
 
     /// The time budget of one check: the most it may wait for the backend (a Redis
     /// connection from the pool included) before the failure policy answers, counted as
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout). The one timer of a guarded check.
-    /// Defaults to 50 ms.
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout). It replaces the backend's
+    /// [budget](crate::RedisBackendBuilder::budget) for the guard's checks: one timer per
+    /// check. `Duration::ZERO` keeps the backend's. Defaults to 50 ms.
     pub fn budget(mut self, budget: Duration) -> Self {
         self.parts.budget = budget;
         self
