@@ -6,6 +6,10 @@
 //! replica, 3 sentinels) from such servers. Without `redis-server` the tests fail with a message
 //! saying how to install it; they never pass silently.
 
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 mod cluster;
 mod commands;
 mod http;

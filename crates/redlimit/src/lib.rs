@@ -100,6 +100,22 @@
 //!   ([`RedisBackendBuilder::tls_client_certificate`]).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// Guides: longer reads than the items' own docs, each with doctested examples.
+pub mod guide {
+    #[doc = include_str!("docs/algorithms.md")]
+    pub mod algorithms {}
+    #[doc = include_str!("docs/features.md")]
+    pub mod features {}
+    #[doc = include_str!("docs/production.md")]
+    pub mod production {}
+    #[doc = include_str!("docs/operations.md")]
+    pub mod operations {}
+}
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The Lua source of the script that the Redis backend runs with `EVALSHA` for a check of several
 /// policies together: every algorithm, one entry point. A check of one policy runs the smaller
 /// [`Algorithm::script`], with the same `KEYS`, `ARGV` and reply. `KEYS`: one key per policy

@@ -230,7 +230,8 @@ fn decide<S: Service<Request<B>> + Clone, B>(
     }
 }
 
-/// Calls the service with the decision in the request's extensions.
+/// Calls the service with the decisions in the request's extensions: all of them (a handler
+/// can show the daily quota while the per-second one is tighter), and the most restrictive.
 fn call<S: Service<Request<B>>, B>(
     decisions: Decisions,
     lease: HeldLease,
@@ -238,9 +239,9 @@ fn call<S: Service<Request<B>>, B>(
     mut request: Request<B>,
     runtime: &Arc<Runtime>,
 ) -> State<S, B> {
-    request
-        .extensions_mut()
-        .insert(decisions.most_restrictive().clone());
+    let extensions = request.extensions_mut();
+    extensions.insert(decisions.most_restrictive().clone());
+    extensions.insert(decisions.clone());
     State::Calling {
         future: service.call(request),
         headers: Some((Arc::clone(runtime), decisions)),

@@ -42,7 +42,8 @@ impl Default for MissingKey {
 ///
 /// Every request is keyed (by default [`ClientIp::peer`]), checked by a
 /// [`GuardedLimiter`] against all its policies in one round trip, and either passed on with the
-/// most restrictive [`Decision`](redlimit::Decision) in its extensions and rate-limit headers on
+/// [`Decisions`](redlimit::Decisions) and the most restrictive
+/// [`Decision`](redlimit::Decision) in its extensions and rate-limit headers on
 /// the response, or answered with `429 Too Many Requests` (gRPC: `RESOURCE_EXHAUSTED`) without
 /// calling the service. The guard holds what happens when the backend fails: its budget,
 /// failure policy, circuit breaker and block cache. Readiness is the inner service's.

@@ -19,12 +19,14 @@
 //!         .window(Duration::from_secs(60))
 //!         .build()?;
 //!     let guard = GuardedLimiter::builder(limiter, per_minute)
-//!         .failure(FailurePolicy::local())    // defaults to Open
-//!         .budget(Duration::from_millis(20))
-//!         .build(); // defaults to 50 ms
+//!         .failure(FailurePolicy::local()) // defaults to Open
+//!         .budget(Duration::from_millis(20)) // defaults to 50 ms
+//!         .build();
 //!     let layer = RateLimitLayer::new(guard)
 //!         .key(ClientIp::behind_proxies(["10.0.0.0/8"])?); // defaults to the peer address
-//!     Ok(Router::new().route("/", get(|| async { "hello" })).layer(layer))
+//!     // `route_layer`: matched routes only, so a wrong method's 405 consumes nothing (with
+//!     // `Router::layer` or `get(handler).layer(..)` axum's 405 fallback is limited too).
+//!     Ok(Router::new().route("/", get(|| async { "hello" })).route_layer(layer))
 //! }
 //! // Serve with `into_make_service_with_connect_info::<SocketAddr>()` so the peer is known.
 //! # app().unwrap();
@@ -42,7 +44,8 @@
 //! - **A check** of all the guard's policies in one round trip. The memory backend, a client the
 //!   block cache knows is over its limit, and an open circuit decide at once, without a future;
 //!   a check on Redis waits at most the guard's budget, then the failure policy answers.
-//! - **An answer.** Allowed: the service is called with the most restrictive
+//! - **An answer.** Allowed: the service is called with the
+//!   [`Decisions`](redlimit::Decisions) (one per policy) and the most restrictive
 //!   [`Decision`](redlimit::Decision) in the request's extensions, and the response gets
 //!   `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers) or the legacy
 //!   `X-RateLimit-*` ([`HeaderStyle`]). Denied: `429 Too Many Requests` with `Retry-After`
@@ -83,6 +86,13 @@
 //!   into axum's body.
 //! - `tonic`: client IPs from tonic's `TcpConnectInfo`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[doc = include_str!("docs/layer.md")]
+pub mod guide {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod access_list;
 mod future;
