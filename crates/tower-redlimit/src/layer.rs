@@ -99,7 +99,7 @@ impl RateLimitLayer {
 
     /// Who is limited. Defaults to [`ClientIp::peer`].
     pub fn key(mut self, key: impl KeyExtractor) -> Self {
-        self.runtime().key = Arc::new(key);
+        self.runtime().set_key(Arc::new(key));
         self
     }
 

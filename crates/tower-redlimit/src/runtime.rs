@@ -25,7 +25,9 @@ pub(crate) struct Runtime {
     pub(crate) guard: GuardedLimiter,
     /// In flight at once per key, checked after the rate policies.
     pub(crate) concurrency: Option<ConcurrencyPolicy>,
-    pub(crate) key: Arc<dyn KeyExtractor>,
+    key: Arc<dyn KeyExtractor>,
+    /// The body of [`missing_key_response`](Self::missing_key_response), written once.
+    missing_key_text: Bytes,
     pub(crate) cost: Arc<CostFn>,
     pub(crate) headers: HeaderStyle,
     /// The `RateLimit-Policy` value, the same on every response.
@@ -66,6 +68,7 @@ impl Runtime {
             policy_header: policy_value(guard.policies(), None),
             concurrency: None,
             guard,
+            missing_key_text: missing_key_text(key.as_ref()),
             key,
             cost: Arc::new(|_: &Parts| 1),
             headers: HeaderStyle::default(),
@@ -131,6 +134,12 @@ impl Runtime {
             .and_then(|choose| choose(request, key))
             .and_then(|at| self.tiers.get(at))
             .unwrap_or(self)
+    }
+
+    /// Keys requests by `key`.
+    pub(crate) fn set_key(&mut self, key: Arc<dyn KeyExtractor>) {
+        self.missing_key_text = missing_key_text(key.as_ref());
+        self.key = key;
     }
 
     /// Limits requests in flight per key to `policy` besides the rate policies.
@@ -219,10 +228,10 @@ impl Runtime {
         Listed::Neither
     }
 
-    pub(crate) fn missing_key_response(status: StatusCode) -> Response<Bytes> {
-        let mut response = Response::new(Bytes::from_static(
-            b"no rate-limit key for this request (is the peer address recorded?)\n",
-        ));
+    /// The answer to a request the key extractor finds no key in: the status of
+    /// [`MissingKey::Reject`], and what the extractor read.
+    pub(crate) fn missing_key_response(&self, status: StatusCode) -> Response<Bytes> {
+        let mut response = Response::new(self.missing_key_text.clone());
         *response.status_mut() = status;
         response
     }
@@ -283,4 +292,11 @@ impl Runtime {
         }
         headers::add(response, self.headers, &self.policy_header, decisions);
     }
+}
+
+fn missing_key_text(key: &dyn KeyExtractor) -> Bytes {
+    Bytes::from(format!(
+        "no rate-limit key for this request: {} found nothing\n",
+        key.describe()
+    ))
 }

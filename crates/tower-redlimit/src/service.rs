@@ -123,7 +123,7 @@ where
                 let request = Request::from_parts(parts, body);
                 return ResponseFuture::pass(self.inner.call(request));
             }
-            Err(status) => return ResponseFuture::ready(Runtime::missing_key_response(status)),
+            Err(status) => return ResponseFuture::ready(runtime.missing_key_response(status)),
         };
         let request = Request::from_parts(parts, body);
         match check.into_ready() {

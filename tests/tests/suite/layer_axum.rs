@@ -168,7 +168,18 @@ async fn requests_without_a_key_follow_the_missing_key_rule() {
     let by_header = || layer().key(tower_redlimit::HeaderKey::new("x-api-key").expect("valid"));
 
     let reject = Router::new().route("/", get(ok)).layer(by_header());
-    assert_eq!(call(&reject, request()).await.status(), 500);
+    let rejected = call(&reject, request()).await;
+    assert_eq!(rejected.status(), 500);
+    assert_eq!(
+        body_text(rejected).await,
+        "no rate-limit key for this request: header x-api-key found nothing\n",
+        "the answer names what found nothing"
+    );
+    let by_peer = Router::new()
+        .route("/", get(ok))
+        .layer(layer().key(tower_redlimit::ClientIp::peer()));
+    let text = body_text(call(&by_peer, request()).await).await;
+    assert!(text.contains("the peer address"), "{text}");
 
     let allow = Router::new()
         .route("/", get(ok))

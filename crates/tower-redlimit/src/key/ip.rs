@@ -135,6 +135,15 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
+    fn describe(&self) -> String {
+        let peer = "the peer address (serve axum with into_make_service_with_connect_info; \
+                    tonic records it)";
+        if self.trusted.is_empty() {
+            return peer.to_owned();
+        }
+        format!("{peer} and header {}", self.header)
+    }
+
     fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         Some(Cow::Owned(match self.client_addr(request)? {
             IpAddr::V4(v4) => v4.to_string(),

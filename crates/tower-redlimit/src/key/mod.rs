@@ -32,6 +32,12 @@ pub use self::{client_ip_header::ClientIpHeader, ip::ClientIp};
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key of this request.
     fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>>;
+
+    /// What the extractor reads, for the answer to a request it finds no key in (such as
+    /// `header x-api-key`). Defaults to `the key extractor`.
+    fn describe(&self) -> String {
+        "the key extractor".to_owned()
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -92,6 +98,10 @@ impl HeaderKey {
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 impl KeyExtractor for HeaderKey {
+    fn describe(&self) -> String {
+        format!("header {}", self.name)
+    }
+
     fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         let value = request.headers.get(&self.name)?.as_bytes();
         if value.is_empty() {
@@ -135,6 +145,10 @@ impl KeyExtractor for HeaderKey {
 pub struct Both<A, B>(pub A, pub B);
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Both<A, B> {
+    fn describe(&self) -> String {
+        format!("{} and {}", self.0.describe(), self.1.describe())
+    }
+
     fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         // `|` separates the parts; escaping it (and `%`) inside them keeps pairs distinct.
         let escape = |s: Cow<'_, str>| s.replace('%', "%25").replace('|', "%7C");

@@ -30,6 +30,10 @@ use super::KeyExtractor;
 pub struct MatchedRoute;
 
 impl KeyExtractor for MatchedRoute {
+    fn describe(&self) -> String {
+        "axum's matched route (put the layer on with Router::route_layer)".to_owned()
+    }
+
     fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
         request
             .extensions
