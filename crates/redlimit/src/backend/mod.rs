@@ -7,6 +7,7 @@ mod memory;
 mod overrides;
 mod recent;
 mod redis;
+mod redis_url;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 mod tls;

@@ -20,6 +20,7 @@ use deadpool_redis::{
 
 use super::{
     connection::{Conn, Held, Pools},
+    redis_url::check_url,
     script::{self, Inspected, Invocation, Script, Scripts},
 };
 use crate::{ConfigError, Error, ErrorKind, redacted_url};
@@ -602,15 +603,14 @@ impl RedisBackendBuilder {
                 message: err.to_string(),
             }
         };
-        // Every wait of the pool is bounded by the budget too.
+        // No timer of the pool's or the connection's own: every wait (for the pool, to
+        // connect, for a reply) happens inside the caller's one timer, the check's budget or
+        // the backend's, so a check's budget is never cut short by another.
         macro_rules! pool {
             ($builder:expr, $field:literal) => {
                 $builder
                     .max_size(self.pool_size)
                     .runtime(Runtime::Tokio1)
-                    .wait_timeout(Some(self.budget))
-                    .create_timeout(Some(self.budget))
-                    .recycle_timeout(Some(self.budget))
                     .build()
                     .map_err(|e| invalid($field)(&e))?
             };
@@ -618,9 +618,8 @@ impl RedisBackendBuilder {
         Ok(match &self.topology {
             Topology::Pool(pool) => Pools::Standalone(pool.clone()),
             Topology::Standalone(url) => {
-                let connection = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.budget))
-                    .set_response_timeout(Some(self.budget));
+                check_url("redis url", url)?;
+                let connection = AsyncConnectionConfig::new();
                 #[cfg(feature = "tls")]
                 let manager = match self.tls.connection_info(url)? {
                     Some(info) => deadpool_redis::Manager::new_with_config(info, connection),
@@ -638,6 +637,9 @@ impl RedisBackendBuilder {
                         field: "cluster urls",
                     });
                 }
+                for url in urls {
+                    check_url("cluster urls", url)?;
+                }
                 let manager = deadpool_redis::cluster::Manager::new(urls.clone(), false)
                     .map_err(|e| invalid("cluster urls")(&e))?;
                 Pools::Cluster(pool!(
@@ -651,6 +653,9 @@ impl RedisBackendBuilder {
                     return Err(ConfigError::Missing {
                         field: "sentinel urls",
                     });
+                }
+                for url in urls {
+                    check_url("sentinel urls", url)?;
                 }
                 let manager = deadpool_redis::sentinel::Manager::new(
                     urls.clone(),
