@@ -62,12 +62,17 @@ impl Contender {
                     .arg(sha1)
                     .arg(1)
                     .arg(key)
+                    // Redis TIME; one request of cost 1, one policy, no flags (lua/protocol.lua).
                     .arg("")
                     .arg(1)
+                    .arg(1)
+                    .arg(1)
+                    .arg(0)
                     .arg("fw")
                     .arg(100)
                     .arg(60_000)
                     .arg(100)
+                    .arg(0)
                     .query_async(&mut conn.clone())
                     .await
                     .expect("raw EVALSHA");
@@ -176,7 +181,7 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
     };
     let raw = Contender::Raw {
         conn,
-        sha1: load(&mut admin, Algorithm::FixedWindow.script()),
+        sha1: load(&mut admin, redlimit::script_of(&[policy(Algorithm::FixedWindow, 100)])),
     };
     let mut contenders: Vec<(String, Arc<Contender>)> = vec![
         (NAIVE.to_owned(), Arc::new(naive)),

@@ -39,17 +39,20 @@ pub(crate) fn available() -> bool {
 fn contenders() -> Vec<Contender> {
     let keys = KeyScheme::new("bench").expect("a valid prefix");
     let client = "client-__rand_int__";
-    // The arguments redlimit sends for `policies` at Redis TIME, cost 1.
+    // The arguments redlimit sends for `policies` at Redis TIME: one request of cost 1, no
+    // flags (lua/protocol.lua).
     let redlimit = |policies: &[Policy]| {
         let mut args = vec![policies.len().to_string()];
         args.extend(policies.iter().map(|p| keys.key(p, client)));
-        args.extend([String::new(), "1".to_owned()]);
+        args.extend([String::new(), "1".to_owned(), "1".to_owned()]);
+        args.extend([policies.len().to_string(), "0".to_owned()]);
         for p in policies {
             args.extend([
                 p.algorithm().tag().to_owned(),
                 p.limit().to_string(),
                 p.window().as_millis().to_string(),
                 p.burst().to_string(),
+                "0".to_owned(),
             ]);
         }
         args
@@ -68,7 +71,7 @@ fn contenders() -> Vec<Contender> {
     for algorithm in Algorithm::ALL {
         all.push(Contender {
             name: algorithm.name().to_owned(),
-            script: algorithm.script(),
+            script: redlimit::script_of(&[policy(algorithm, 100)]),
             args: redlimit(&[policy(algorithm, 100)]),
         });
     }

@@ -3,7 +3,7 @@
 -- id. Expired leases are reclaimed first. Reply: acquired (1/0), free slots after, and when
 -- denied the wait (ms) until the earliest lease expires (-1 when acquired).
 local key, limit, ttl, id = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local now = div(clock(), 1000)
+local now = div(clock(ARGV[1]), 1000)
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local held = redis.call('ZCARD', key)
 if held < limit then

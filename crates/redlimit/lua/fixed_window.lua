@@ -50,3 +50,14 @@ local function fixed_window_take(key, limit, window, burst, now_us, cost, start,
   end
   return window_quota(limit, n + cost, finish, now)
 end
+
+-- Counts in the window holding at_us: a newer window owes the reservation nothing.
+local function fixed_window_refund(key, limit, window, burst, now_us, cost, at_us)
+  local at = div(at_us, 1000)
+  local start, n = ints(key, redis.call('HMGET', key, 's', 'n'))
+  if start == nil or at < start or at >= start + window or n == 0 then
+    return 0
+  end
+  redis.call('HSET', key, 'n', n - min(n, cost))
+  return 1
+end

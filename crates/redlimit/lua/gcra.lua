@@ -26,18 +26,23 @@ local function gcra_within(key, limit, window, burst, now_us, cost, slack_us)
   return 1, remaining, reset, wait, new_tat, interval, tolerance
 end
 
-local function gcra(key, limit, window, burst, now_us, cost)
-  return gcra_within(key, limit, window, burst, now_us, cost, 0)
-end
-
--- Delay mode (gcra with max_delay): ARGV[7] is the longest wait in ms. Only in the script of one
--- policy, whose arguments end there.
-local function gcra_delay(key, limit, window, burst, now_us, cost)
-  return gcra_within(key, limit, window, burst, now_us, cost, tonumber(ARGV[7]) * 1000)
+-- slack_us: delay mode's longest wait for a slot (nil or 0 rejects instead).
+local function gcra(key, limit, window, burst, now_us, cost, slack_us)
+  return gcra_within(key, limit, window, burst, now_us, cost, slack_us or 0)
 end
 
 local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance)
   local remaining, reset = gcra_quota(interval, tolerance, new_tat, now_us)
   redis.call('SET', key, new_tat, 'PX', reset)
   return remaining, reset
+end
+
+-- Moves the TAT back by cost intervals, never before now: a TAT already past owes nothing.
+local function gcra_refund(key, limit, window, burst, now_us, cost, at_us)
+  local tat = int(key, redis.call('GET', key))
+  if tat == nil or tat <= now_us then
+    return 0
+  end
+  redis.call('SET', key, str(max(tat - cost * ceil_div(window * 1000, limit), now_us)), 'KEEPTTL')
+  return 1
 end

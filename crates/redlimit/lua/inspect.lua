@@ -1,16 +1,13 @@
--- Entry for inspecting one policy's key, writing nothing. KEYS[1]: its key; KEYS[2], when
--- given, the client's override key (see overridden): with an override in force, the key and
--- numbers it names are inspected instead. ARGV: as one.lua, the cost being what to decide for.
--- Reply: allowed (1/0), remaining and reset (ms) now, retry (ms), the key's PTTL (ms; -2 when
--- absent), its state as field, value pairs, the limit in force, and the key inspected.
-local cost = tonumber(ARGV[2])
-local tag, overridable, _, m = policy_tag(ARGV[3])
-local key, limit, window, burst = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-if overridable and KEYS[2] then
-  key, limit, window, burst = m.overridden(KEYS[2], key, limit, window, burst)
-end
-local decide = algorithm(tag)
-local allowed, remaining, reset, retry = decide(key, limit, window, burst, clock(), cost)
+-- Entry inspecting one policy's key, writing nothing: one request of one policy (see
+-- protocol.lua), whose cost is what to decide for; with an override in force (its key given,
+-- OVERRIDES), the key and numbers it names are inspected instead. Reply: allowed (1/0),
+-- remaining and reset (ms) now, retry (ms), the key's PTTL (ms; -2 when absent), its state as
+-- field, value pairs, the limit in force, and the key inspected.
+local request = read_request(ARGV, KEYS, 3, 1)
+local p = request.policies[1]
+local key, limit, window, burst = in_force(p)
+local decide = algorithm(p.algorithm)
+local allowed, remaining, reset, retry = decide(key, limit, window, burst, clock(ARGV[1]), request.cost)
 local kind = redis.call('TYPE', key)['ok']
 local state = {}
 if kind == 'hash' then

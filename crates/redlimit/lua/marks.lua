@@ -1,28 +1,12 @@
--- What a policy's tag may ask of the scripts that check several policies or refund: overrides
--- and bans. Kept out of the prelude so that the lean script of one policy has none of it, and
--- built on first use, so that a check of policies without marks creates none of its functions.
+-- What a policy's flags may ask of the scripts that check several policies or refund:
+-- overrides and bans. Kept out of the prelude so that the lean script of one policy has none of
+-- it, and built on first use, so that a check of policies without them creates none of its
+-- functions.
 
-local byte = string.byte
 local marks = nil
 
 local function load_marks()
-  local sub = string.sub
   local m = {}
-  -- A policy's tag without its marks: '+' when it takes overrides (see overridden), then
-  -- '!after,within,for,max!' when it bans (see banned). The algorithm's tag, whether it takes
-  -- overrides, and its ban numbers or nil.
-  function m.tag(tag)
-    local overridable = byte(tag, 1) == 43
-    if overridable then
-      tag = sub(tag, 2)
-    end
-    if byte(tag, 1) ~= 33 then
-      return tag, overridable, nil
-    end
-    local after, within, length, most, rest = match(tag, '^!(%d+),(%d+),(%d+),(%d+)!(.+)$')
-    return rest, overridable, { tonumber(after), tonumber(within), tonumber(length), tonumber(most) }
-  end
-
   -- Bans: a policy that bans keeps two keys per client, its denials within the last 'within' ms
   -- (a string counter, expiring 'within' after the first) and its ban (a hash: u = banned until,
   -- in ms; n = bans so far, remembered for 'max' ms after a ban ends when bans escalate).
@@ -75,14 +59,8 @@ local function load_marks()
   return m
 end
 
--- A policy's tag without its marks, whether it takes overrides, and its ban numbers or nil;
--- the marks' functions (m.overridden, m.banned, m.strike) when it has any.
-local function policy_tag(tag)
-  -- Tags start with a lower-case letter unless marked.
-  if byte(tag, 1) >= 97 then
-    return tag, false, nil, nil
-  end
+-- The marks' functions, made at their first use in a call.
+local function marks_of()
   marks = marks or load_marks()
-  local rest, overridable, ban = marks.tag(tag)
-  return rest, overridable, ban, marks
+  return marks
 end

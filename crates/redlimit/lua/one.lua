@@ -1,21 +1,37 @@
--- Entry for one policy. KEYS[1]: its key, then optionally an idempotency key (see
--- seen_before). ARGV: now (see clock), cost (0 peeks), then the policy's algorithm tag, limit,
--- window (ms) and burst. Reply: allowed (1/0), remaining, reset (ms), retry (ms).
-local key, cost, idem = KEYS[1], tonumber(ARGV[2]), KEYS[2]
-if idem then
+-- Entry for one request of one policy that neither takes overrides nor bans: the protocol of
+-- protocol.lua, read at fixed places, so the lean script builds no table. Reply: allowed
+-- (1/0), remaining, reset (ms), retry (ms), then for a reservation the time it was taken at
+-- (us; 0 for a retry, which took nothing).
+local cost, flags, a = tonumber(ARGV[3]), tonumber(ARGV[5]), 6
+local once, reserve = has(flags, ONCE), has(flags, RESERVE)
+local idem, window_once = nil, nil
+if once then
+  idem, window_once = KEYS[2], ARGV[a]
+  a = a + 1
   local reply = seen_before(idem)
   if reply then
     return reply
   end
 end
-local limit, window, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local now_us = clock()
-local allowed, remaining, reset, retry, a, b, c, d = decide(key, limit, window, burst, now_us, cost)
+local limit, window, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+-- Delay mode: the longest delay (ms) follows the policy's flags.
+local slack = nil
+if has(tonumber(ARGV[a + 4]), DELAY) then
+  slack = tonumber(ARGV[a + 5]) * 1000
+end
+local key, now_us = KEYS[1], clock(ARGV[1])
+local allowed, remaining, reset, retry, b, c, d, e = decide(key, limit, window, burst, now_us, cost, slack)
 if allowed == 1 and cost > 0 then
-  remaining, reset = take(key, limit, window, burst, now_us, cost, a, b, c, d)
+  remaining, reset = take(key, limit, window, burst, now_us, cost, b, c, d, e)
 end
 local reply = { allowed, remaining, reset, retry }
+if reserve then
+  reply[5] = 0
+end
 if idem then
-  remember(idem, reply, ARGV[#ARGV])
+  remember(idem, reply, window_once)
+end
+if reserve then
+  reply[5] = now_us
 end
 return reply

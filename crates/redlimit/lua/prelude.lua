@@ -1,12 +1,18 @@
 -- redlimit's scripts are this prelude, one or every algorithm's file, and an entry: one.lua
--- checks one policy, several.lua any number together.
+-- checks one policy, check.lua any requests of any policies (protocol.lua reads their
+-- arguments), refund.lua gives a reservation back, inspect.lua reads without writing. Only
+-- entries read KEYS and ARGV; everything else takes them as parameters.
 --
--- An algorithm is two functions over plain numbers, so a check builds no closures or plan tables:
+-- An algorithm is three functions over plain numbers, so a check builds no closures or plan
+-- tables:
 --   decide(key, limit, window_ms, burst, now_us, cost) -> allowed (1/0), remaining, reset (ms),
 --     retry (ms: -1 when allowed, -2 when the cost can never pass), then up to four numbers
 --     that take needs. It writes nothing (the sliding log trims expired entries).
 --   take(key, limit, window_ms, burst, now_us, cost, a, b, c, d) -> remaining, reset (ms) after
 --     consuming cost, which decide admitted.
+--   refund(key, limit, window_ms, burst, now_us, cost, at_us) -> 1 when it gave back (at most
+--     cost, only to the state a reservation taken at at_us counted in, never below empty), else 0.
+-- GCRA's decide takes a seventh parameter, the slack (us) of delay mode.
 --
 -- All arithmetic is on integers below 2^53, where Lua's doubles are exact. redis.call turns a
 -- number argument into its exact decimal (%.17g); Lua's own conversion, as in `..`, keeps only 14
@@ -14,6 +20,9 @@
 -- as corrupt state: no pcall on the hot path.
 
 local NEVER = -2
+-- The protocol's flags (see protocol.lua): a request's, then a policy's.
+local ONCE, RESERVE, TAKEN_AT = 1, 2, 4
+local OVERRIDES, BAN, DELAY = 1, 2, 4
 -- Globals read once per script run, not at every use.
 local floor, max, min, match, format = math.floor, math.max, math.min, string.match, string.format
 
@@ -42,6 +51,10 @@ local function ints(key, reply)
   return a, b, c
 end
 
+local function has(flags, flag)
+  return flags % (2 * flag) >= flag
+end
+
 local function str(n)
   return format('%d', n)
 end
@@ -61,17 +74,17 @@ local function ceil_div(a, b)
   return div(a + b - 1, b)
 end
 
--- ARGV[1]: now in microseconds, or '' to read Redis TIME.
-local function clock()
-  if ARGV[1] == '' then
+-- The time of a call: `at` in microseconds, or Redis TIME when it is ''.
+local function clock(at)
+  if at == '' then
     local time = redis.call('TIME')
     return time[1] * 1000000 + time[2]
   end
-  return tonumber(ARGV[1])
+  return tonumber(at)
 end
 
--- Retries counted once: a check with an idempotency key (the key after the policies' in KEYS,
--- its window in ms the first ARGV after theirs) answers what the first check with it answered.
+-- Retries counted once: a request with an idempotency key answers what the first request with
+-- it answered (remembered for its window, in ms).
 local function seen_before(idem)
   local stored = redis.call('GET', idem)
   if not stored then

@@ -72,3 +72,17 @@ local function sliding_window_counter_take(key, limit, window, burst, now_us, co
   end
   return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
 end
+
+-- Counts in the window holding at_us, current or (since then) previous.
+local function sliding_window_counter_refund(key, limit, window, burst, now_us, cost, at_us)
+  local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+  local index = div(div(at_us, 1000), window)
+  if stored == index and c > 0 then
+    redis.call('HSET', key, 'c', c - min(c, cost))
+  elseif stored == index + 1 and p > 0 then
+    redis.call('HSET', key, 'p', p - min(p, cost))
+  else
+    return 0
+  end
+  return 1
+end

@@ -52,3 +52,14 @@ local function sliding_window_log_take(key, limit, window, burst, now_us, cost, 
   redis.call('PEXPIRE', key, reset)
   return limit - count - cost, reset
 end
+
+-- Removes up to cost entries stamped with the reservation's time.
+local function sliding_window_log_refund(key, limit, window, burst, now_us, cost, at_us)
+  local at = div(at_us, 1000)
+  local entries = redis.call('ZRANGEBYSCORE', key, at, at, 'LIMIT', 0, cost)
+  if #entries == 0 then
+    return 0
+  end
+  redis.call('ZREM', key, unpack(entries))
+  return 1
+end

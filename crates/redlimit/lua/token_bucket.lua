@@ -34,3 +34,13 @@ local function token_bucket_take(key, rate, window, burst, now_us, cost, left, l
   redis.call('PEXPIRE', key, reset)
   return div(left, window), reset
 end
+
+-- Puts cost tokens back, never above the capacity.
+local function token_bucket_refund(key, limit, window, burst, now_us, cost, at_us)
+  local tokens = ints(key, redis.call('HMGET', key, 't', 'l'))
+  if tokens == nil then
+    return 0
+  end
+  redis.call('HSET', key, 't', min(tokens + cost * window, burst * window))
+  return 1
+end

@@ -11,11 +11,7 @@ use std::{
     time::Duration,
 };
 
-use crate::{
-    Backend, ConfigError, Decision, Error, ErrorKind, Limiter, Reason, RetryAfter, Timestamp,
-    backend::{leases::Acquired, script::Invocation},
-    config_error::validate_name,
-};
+use crate::{ConfigError, Decision, Error, Limiter, RetryAfter, config_error::validate_name};
 
 /// When a denied request may try again: leases are usually given back long before they expire,
 /// so the earliest expiry is only an upper bound.
@@ -223,18 +219,7 @@ impl Lease {
 }
 
 async fn renew(limiter: &Limiter, key: &str, id: &str, ttl_ms: u64) -> Result<bool, Error> {
-    let now_ms = Timestamp::now().as_micros() / 1000;
-    match limiter.backend() {
-        Backend::Memory(memory) => Ok(memory.leases().renew(key, ttl_ms, id, now_ms)),
-        Backend::Redis(redis) => {
-            let key = key.to_owned();
-            let extra = [ttl_ms.to_string(), id.to_owned()];
-            let reply = redis
-                .script(lease_call(&key, 0, &extra), |s| &s.renew)
-                .await?;
-            Ok(reply.first() == Some(&1))
-        }
-    }
+    limiter.backend().renew_lease(key, id, ttl_ms).await
 }
 
 impl Drop for Lease {
@@ -250,8 +235,8 @@ impl Drop for Lease {
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.id),
         );
-        if let Backend::Memory(memory) = limiter.backend() {
-            memory.leases().release(&key, &id);
+        if limiter.backend().release_lease_in_process(&key, &id) {
+            // Done: nothing to wait for.
         } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 // On failure the lease expires after its TTL.
@@ -262,26 +247,7 @@ impl Drop for Lease {
 }
 
 async fn release(limiter: &Limiter, key: &str, id: &str) -> Result<(), Error> {
-    match limiter.backend() {
-        Backend::Memory(memory) => {
-            memory.leases().release(key, id);
-            Ok(())
-        }
-        Backend::Redis(redis) => {
-            let key = key.to_owned();
-            redis.release(lease_call(&key, 0, &[]), id).await
-        }
-    }
-}
-
-fn lease_call<'a>(key: &'a String, limit: u64, extra: &'a [String]) -> Invocation<'a> {
-    Invocation {
-        policies: &[],
-        keys: std::slice::from_ref(key),
-        cost: limit,
-        now_us: None,
-        extra,
-    }
+    limiter.backend().release_lease(key, id).await
 }
 
 /// A lease id unique to this process's run and never reused in it.
@@ -309,23 +275,10 @@ impl Limiter {
         let inner = &policy.inner;
         let key = self.keys().named(&inner.name, &inner.key_suffix, client);
         let id = lease_id();
-        let (acquired, reason) = match self.backend() {
-            Backend::Memory(memory) => {
-                let now_ms = Timestamp::now().as_micros() / 1000;
-                let acquired =
-                    memory
-                        .leases()
-                        .acquire(&key, inner.limit, inner.lease_ttl_ms, &id, now_ms);
-                (acquired, Reason::Memory)
-            }
-            Backend::Redis(redis) => {
-                let extra = [inner.lease_ttl_ms.to_string(), id.clone()];
-                let reply = redis
-                    .script(lease_call(&key, inner.limit, &extra), |s| &s.acquire)
-                    .await?;
-                (acquired_from(&reply)?, Reason::Redis)
-            }
-        };
+        let (acquired, reason) = self
+            .backend()
+            .acquire_lease(&key, inner.limit, inner.lease_ttl_ms, &id)
+            .await?;
         let decision = Decision {
             allowed: acquired.granted,
             limit: inner.limit,
@@ -349,19 +302,4 @@ impl Limiter {
         });
         Ok((decision, lease))
     }
-}
-
-/// Reads the acquire script's reply: granted (1/0), free slots, the wait.
-fn acquired_from(reply: &[i64]) -> Result<Acquired, Error> {
-    let &[granted, free, wait] = reply else {
-        return Err(Error::new(
-            ErrorKind::Backend,
-            format!("the lease script replied {} integers", reply.len()),
-        ));
-    };
-    Ok(Acquired {
-        granted: granted == 1,
-        free: u64::try_from(free).unwrap_or(0),
-        wait_ms: u64::try_from(wait).unwrap_or(0),
-    })
 }

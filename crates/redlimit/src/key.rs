@@ -160,20 +160,9 @@ impl KeyScheme {
         self.named(policy.name(), "~override", client)
     }
 
-    /// The keys a check of `policies` for `client` reads: one per policy, then for each policy
-    /// in order its override key if it takes overrides and its strikes and ban keys if it bans.
-    pub(crate) fn check_keys(&self, policies: &[Policy], client: &str) -> Vec<String> {
-        let mut keys: Vec<String> = policies.iter().map(|p| self.key(p, client)).collect();
-        for policy in policies.iter().filter(|p| p.needs_several()) {
-            if policy.takes_overrides() {
-                keys.push(self.override_key(policy, client));
-            }
-            if policy.ban().is_some() {
-                keys.push(self.named(policy.name(), "~strikes", client));
-                keys.push(self.ban_key(policy, client));
-            }
-        }
-        keys
+    /// The key counting `client`'s recent denials by `policy` towards a ban.
+    pub(crate) fn strikes_key(&self, policy: &Policy, client: &str) -> String {
+        self.named(policy.name(), "~strikes", client)
     }
 
     /// The key holding `client`'s ban on `policy`, by the policy's name alone.

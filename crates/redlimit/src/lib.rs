@@ -116,22 +116,19 @@ pub mod guide {
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// The Lua source of the script that the Redis backend runs with `EVALSHA` for a check of several
-/// policies together: every algorithm, one entry point. A check of one policy runs the smaller
-/// [`Algorithm::script`], with the same `KEYS`, `ARGV` and reply. `KEYS`: one key per policy
-/// (see [`KeyScheme`]); `ARGV`: the time in microseconds or empty for Redis `TIME`, the cost, then
-/// per policy its algorithm tag, limit, window in milliseconds and burst. Reply: four integers
-/// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). A policy
-/// that takes overrides or bans marks its tag and adds keys and reply fields (see the comments
-/// at the head of `lua/several.lua`); a check of several policies none of which is marked runs
-/// this script less the code that reads marks. For preloading with `SCRIPT LOAD`, or for
-/// measuring against.
-pub const SCRIPT: &str = backend::script::SEVERAL;
+/// The Lua source of the script that the Redis backend runs with `EVALSHA` for any check that
+/// the smaller script of one algorithm ([`script_of`]) cannot run: every algorithm, one entry
+/// point, any requests of any policies. Its `KEYS` and `ARGV` are described at the head of
+/// `lua/protocol.lua`: the time in microseconds (or empty for Redis `TIME`) and the number of
+/// requests, then per request its cost, number of policies and flags, then per policy its
+/// algorithm, limit, window in milliseconds, burst and flags. Reply, per request: four integers
+/// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). For
+/// preloading with `SCRIPT LOAD`, or for measuring against.
+pub const SCRIPT: &str = backend::redis::CHECK;
 
-/// The Lua source of the script the Redis backend runs for a check of `policies` (one check,
-/// not a reservation): [`Algorithm::script`] for one policy, [`SCRIPT`] for several of which
-/// one takes overrides or bans, and [`SCRIPT`] less the code that reads marks for several
-/// that do not. For preloading with `SCRIPT LOAD`, or for measuring against.
+/// The Lua source of the script the Redis backend runs for a check of `policies` for one client:
+/// the small script of the policy's algorithm for one policy that takes no overrides and bans
+/// no one, else [`SCRIPT`]. For preloading with `SCRIPT LOAD`, or for measuring against.
 ///
 /// ```
 /// use std::time::Duration;
@@ -141,11 +138,13 @@ pub const SCRIPT: &str = backend::script::SEVERAL;
 ///     .limit(100)
 ///     .window(Duration::from_secs(60))
 ///     .build()?;
-/// assert_eq!(redlimit::script_of(std::slice::from_ref(&minute)), Algorithm::FixedWindow.script());
+/// let lean = redlimit::script_of(std::slice::from_ref(&minute));
+/// assert!(lean.len() < redlimit::SCRIPT.len());
+/// assert!(lean.contains("local function fixed_window("));
 /// # Ok::<(), redlimit::ConfigError>(())
 /// ```
 pub fn script_of(policies: &[Policy]) -> &'static str {
-    backend::script::source_of(policies)
+    backend::redis::source_of(policies)
 }
 
 /// The deadpool-redis this crate is built with, for [`RedisBackend::from_pool`].

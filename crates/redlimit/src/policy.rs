@@ -68,14 +68,8 @@ impl Algorithm {
         matches!(self, Self::TokenBucket | Self::Gcra)
     }
 
-    /// The Lua source of the script that the Redis backend runs with `EVALSHA` for a check of
-    /// one policy of this algorithm: only this algorithm's code. `KEYS`, `ARGV` and the reply are
-    /// those of [`SCRIPT`](crate::SCRIPT) for one policy.
-    pub const fn script(self) -> &'static str {
-        crate::backend::script::one_source(self)
-    }
-
-    /// The short tag used in Redis key names and as the scripts' algorithm code (`fw`, `gcra`, …).
+    /// The short tag used in Redis key names and as the scripts' name of the algorithm (`fw`,
+    /// `gcra`, …).
     pub const fn tag(self) -> &'static str {
         match self {
             Self::FixedWindow => "fw",
@@ -141,9 +135,6 @@ struct PolicyInner {
     key_suffix: String,
     /// A fingerprint of the name and numbers, for the memory backend's key ids.
     fingerprint: u128,
-    /// The script's arguments for this policy (algorithm tag, limit, window, burst), written
-    /// once here rather than on every check.
-    script_args: Box<[String]>,
     /// Delay mode (GCRA only): the longest a request may wait for its slot; 0 rejects instead.
     max_delay_ms: u64,
     /// Whether checks read a per-client override (see `Limiter::set_override`).
@@ -204,12 +195,6 @@ impl Policy {
         self.inner.ban.as_ref()
     }
 
-    /// Whether checks of this policy go through the script for several policies, which reads
-    /// overrides and bans.
-    pub(crate) fn needs_several(&self) -> bool {
-        self.inner.overridable || self.inner.ban.is_some()
-    }
-
     /// Whether checks of this policy read a per-client override; see
     /// [`PolicyBuilder::overrides`].
     pub fn takes_overrides(&self) -> bool {
@@ -262,10 +247,6 @@ impl Policy {
 
     pub(crate) fn window_ms(&self) -> u64 {
         self.inner.window_ms
-    }
-
-    pub(crate) fn script_args(&self) -> &[String] {
-        &self.inner.script_args
     }
 
     /// GCRA's emission interval: the window divided by the limit, rounded up to a microsecond so
@@ -444,33 +425,12 @@ impl PolicyBuilder {
                 with: "max_delay",
             });
         }
-        // Marks tell the script for several policies what else to read: `+` the policy's
-        // override key, `!after,within,for,max!` its ban keys. Unmarked tags start with a
-        // lower-case letter, which is all the script looks at for them.
-        let mut tag = String::new();
-        if self.overridable {
-            tag.push('+');
-        }
         if let Some(ban) = &self.ban {
-            let [after, within, length, max] = ban.millis()?;
-            tag.push_str(&format!("!{after},{within},{length},{max}!"));
+            ban.millis()?;
         }
-        tag.push_str(algorithm.tag());
-        let mut script_args = vec![
-            tag,
-            limit.to_string(),
-            window_ms.to_string(),
-            burst.to_string(),
-        ];
-        // Only the delay mode's own script reads a fifth argument.
-        if max_delay_ms > 0 {
-            script_args.push(max_delay_ms.to_string());
-        }
-        let script_args = script_args.into_boxed_slice();
         Ok(Policy {
             inner: Arc::new(PolicyInner {
                 fingerprint,
-                script_args,
                 name: self.name.into(),
                 algorithm,
                 limit,

@@ -1,20 +1,16 @@
 //! Where state lives, and the one place that tells the backends apart.
 
-mod bans;
-mod connection;
-pub(crate) mod leases;
-mod memory;
-mod overrides;
-mod recent;
-mod redis;
-mod redis_url;
-pub(crate) mod script;
-#[cfg(feature = "tls")]
-mod tls;
+mod answer;
+pub(crate) mod memory;
+pub(crate) mod redis;
 
 use std::{future::Future, pin::Pin, time::Duration};
 
-use self::script::{Answer, Inspected, Invocation};
+use self::{
+    answer::{Answer, Inspected},
+    memory::leases::Acquired,
+    redis::protocol::{self, Call, Request},
+};
 pub use self::{
     memory::{MemoryBackend, MemoryBackendBuilder},
     redis::{RedisBackend, RedisBackendBuilder},
@@ -123,34 +119,32 @@ impl Backend {
             }
             Self::Redis(redis) => {
                 let redis = redis.clone();
-                let mut names = keys.check_keys(set, client);
-                let mut extra = Vec::new();
-                if let Some((id, window_ms)) = options.once {
-                    names.push(keys.once(set, client, id));
-                    extra.push(window_ms.to_string());
-                }
-                if options.reserve {
-                    extra.push(script::RESERVE.to_owned());
-                }
-                let set = set.clone();
+                let (keys, set) = (keys.clone(), set.clone());
+                let once = options
+                    .once
+                    .map(|(id, window_ms)| (id.to_owned(), window_ms));
                 let options = Options {
                     once: None,
                     ..*options
                 };
-                let client = if options.reserve {
-                    client.to_owned()
-                } else {
-                    String::new()
-                };
+                let client = client.to_owned();
                 Started::Waiting(Box::pin(async move {
-                    let call = Invocation {
-                        policies: &set,
-                        keys: &names,
+                    let request = Request {
                         cost,
-                        now_us: options.at.map(Timestamp::as_micros),
-                        extra: &extra,
+                        once: once
+                            .as_ref()
+                            .map(|(id, window_ms)| (id.as_str(), *window_ms)),
+                        reserve: options.reserve,
+                        ..Request::new(&set, &client)
                     };
-                    let reply = redis.check(call, options.budget).await?;
+                    let now_us = options.at.map(Timestamp::as_micros);
+                    let replies = redis
+                        .check(&keys, &[request], now_us, options.budget)
+                        .await?;
+                    let reply = replies
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
                     let mut limits = reply.limits.into_iter();
                     let decisions = set
                         .iter()
@@ -164,9 +158,7 @@ impl Backend {
                         })
                         .collect();
                     let decisions = Decisions::new(decisions);
-                    // A retry's reply says 0: it took nothing.
-                    let taken_at_us = reply.taken_at_us.filter(|&at| at > 0);
-                    Ok(stamp(decisions, &options, &set, &client, taken_at_us))
+                    Ok(stamp(decisions, &options, &set, &client, reply.taken_at_us))
                 }))
             }
         }
@@ -190,17 +182,17 @@ impl Backend {
                 Ok(memory.refund(keys, client, policies, cost, taken_at_us, now_us))
             }
             Self::Redis(redis) => {
-                let names = keys.check_keys(set, client);
-                let at = [taken_at_us.to_string()];
-                let call = Invocation {
-                    policies: set,
-                    keys: &names,
+                let request = Request {
                     cost,
-                    now_us: now.map(Timestamp::as_micros),
-                    extra: &at,
+                    taken_at_us: Some(taken_at_us),
+                    ..Request::new(set, client)
                 };
+                let call = protocol::encode(keys, now.map(Timestamp::as_micros), &[request]);
                 let reply = redis.script(call, |scripts| &scripts.refund).await?;
-                Ok(reply.first().map_or(0, |&n| u64::try_from(n).unwrap_or(0)))
+                Ok(protocol::decode_refunds(&reply)
+                    .first()
+                    .copied()
+                    .unwrap_or(0))
             }
         }
     }
@@ -227,16 +219,8 @@ impl Backend {
                     .set(key, overridden, now_us, expires_at_us)
             }
             Self::Redis(redis) => {
-                let value = format!(
-                    "{},{},{},{}",
-                    overridden.limit(),
-                    overridden.window_ms(),
-                    overridden.burst(),
-                    keys.key(&overridden, client)
-                );
-                redis
-                    .set(Invocation::of_key(policy, &key), &value, ttl_ms)
-                    .await
+                let value = protocol::override_value(&overridden, &keys.key(&overridden, client));
+                redis.set(Call::keys(vec![key]), &value, ttl_ms).await
             }
         }
     }
@@ -253,7 +237,7 @@ impl Backend {
             Self::Memory(memory) => {
                 Ok(memory.overrides().clear(&key, Timestamp::now().as_micros()))
             }
-            Self::Redis(redis) => redis.delete(Invocation::of_key(policy, &key)).await,
+            Self::Redis(redis) => redis.delete(Call::keys(vec![key])).await,
         }
     }
 }
@@ -275,6 +259,74 @@ fn stamp(
                 at_us,
             }),
         _ => decisions,
+    }
+}
+
+impl Backend {
+    /// Takes lease `id` of `ttl_ms` in the set at `key` if fewer than `limit` are held; the
+    /// answer and the reason it carries.
+    pub(crate) async fn acquire_lease(
+        &self,
+        key: &str,
+        limit: u64,
+        ttl_ms: u64,
+        id: &str,
+    ) -> Result<(Acquired, Reason), Error> {
+        match self {
+            Self::Memory(memory) => {
+                let now_ms = Timestamp::now().as_micros() / 1000;
+                let acquired = memory.leases().acquire(key, limit, ttl_ms, id, now_ms);
+                Ok((acquired, Reason::Memory))
+            }
+            Self::Redis(redis) => {
+                let call = protocol::lease(key.to_owned(), limit, ttl_ms, id);
+                let reply = redis.script(call, |s| &s.acquire).await?;
+                Ok((protocol::decode_acquired(&reply)?, Reason::Redis))
+            }
+        }
+    }
+
+    /// Gives lease `id` in the set at `key` `ttl_ms` more; whether it was still held.
+    pub(crate) async fn renew_lease(
+        &self,
+        key: &str,
+        id: &str,
+        ttl_ms: u64,
+    ) -> Result<bool, Error> {
+        match self {
+            Self::Memory(memory) => {
+                let now_ms = Timestamp::now().as_micros() / 1000;
+                Ok(memory.leases().renew(key, ttl_ms, id, now_ms))
+            }
+            Self::Redis(redis) => {
+                let call = protocol::lease(key.to_owned(), 0, ttl_ms, id);
+                let reply = redis.script(call, |s| &s.renew).await?;
+                Ok(reply.first() == Some(&1))
+            }
+        }
+    }
+
+    /// Gives lease `id` in the set at `key` back at once if it lives in this process; whether
+    /// it did (a lease on Redis needs [`release_lease`](Self::release_lease)).
+    pub(crate) fn release_lease_in_process(&self, key: &str, id: &str) -> bool {
+        match self {
+            Self::Memory(memory) => {
+                memory.leases().release(key, id);
+                true
+            }
+            Self::Redis(_) => false,
+        }
+    }
+
+    /// Gives lease `id` in the set at `key` back.
+    pub(crate) async fn release_lease(&self, key: &str, id: &str) -> Result<(), Error> {
+        match self {
+            Self::Memory(memory) => {
+                memory.leases().release(key, id);
+                Ok(())
+            }
+            Self::Redis(redis) => redis.release(Call::keys(vec![key.to_owned()]), id).await,
+        }
     }
 }
 
@@ -307,13 +359,22 @@ impl Backend {
                 memory.inspect(keys, client, policy, 1, Timestamp::now().as_micros())
             }
             (Self::Memory(_), Target::Key(_)) => return Err(no_key_names()),
-            (Self::Redis(redis), _) => {
-                let mut names = vec![target.key(keys, policy)];
+            (Self::Redis(redis), Target::Client(client)) => {
                 // A client's override, if it has one, names the key and numbers in force.
-                if let (Target::Client(client), true) = (&target, policy.takes_overrides()) {
-                    names.push(keys.override_key(policy, client));
-                }
-                redis.inspect(Invocation::of_keys(policy, &names)).await?
+                let one = std::slice::from_ref(policy);
+                let call = protocol::encode(keys, None, &[Request::new(one, client)]);
+                redis.inspect(call).await?
+            }
+            (Self::Redis(redis), Target::Key(key)) => {
+                // The key a scan found: no client, so no override to read.
+                let one = std::slice::from_ref(policy);
+                let request = Request {
+                    marks: false,
+                    ..Request::new(one, "")
+                };
+                let mut call = protocol::encode(keys, None, &[request]);
+                call.keys = vec![key.clone()];
+                redis.inspect(call).await?
             }
         };
         let mut decision = decision(policy, inspected.answer, self.reason());
@@ -349,7 +410,7 @@ impl Backend {
                         names.push(in_force);
                     }
                 }
-                redis.delete(Invocation::of_keys(policy, &names)).await
+                redis.delete(Call::keys(names)).await
             }
         }
     }
@@ -367,7 +428,7 @@ impl Backend {
             Self::Redis(redis) => {
                 let pattern = keys.pattern(policy);
                 redis
-                    .scan(Invocation::of_key(policy, &pattern), &pattern, max_calls)
+                    .scan(Call::keys(vec![pattern.clone()]), &pattern, max_calls)
                     .await
             }
         }

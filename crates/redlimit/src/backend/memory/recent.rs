@@ -6,7 +6,7 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
-use super::script::Answer;
+use crate::backend::answer::Answer;
 use crate::client_id::{ClientId, ClientIds};
 
 /// First answers by request key, until their window ends; bounded: when full, expired answers

@@ -18,12 +18,21 @@ use deadpool_redis::{
     },
 };
 
-use super::{
+mod connection;
+pub(crate) mod protocol;
+mod scripts;
+#[cfg(feature = "tls")]
+mod tls;
+mod url;
+
+pub(crate) use self::scripts::{CHECK, source_of};
+use self::{
     connection::{Conn, Held, Pools},
-    redis_url::check_url,
-    script::{self, Inspected, Invocation, Script, Scripts},
+    protocol::{Call, Reply, Request},
+    scripts::{Script, Scripts},
+    url::check_url,
 };
-use crate::{ConfigError, Error, ErrorKind, redacted_url};
+use crate::{ConfigError, Error, ErrorKind, KeyScheme, backend::answer::Inspected, redacted_url};
 
 /// The Redis backend, through a deadpool-redis pool: a standalone server
 /// ([`builder`](Self::builder)), a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`)
@@ -185,22 +194,25 @@ impl RedisBackend {
         self.inner.pools.is_cluster()
     }
 
-    /// Runs the check `call` within `budget` (else the backend's): each policy's answer, and
-    /// for a reservation the time it took.
+    /// Checks `requests` in one call at `now_us` (else Redis's time), within `budget` (else
+    /// the backend's): each request's reply.
     pub(crate) async fn check(
         &self,
-        call: Invocation<'_>,
+        scheme: &KeyScheme,
+        requests: &[Request<'_>],
+        now_us: Option<u64>,
         budget: Option<Duration>,
-    ) -> Result<script::Reply, Error> {
+    ) -> Result<Vec<Reply>, Error> {
         let inner = &self.inner;
+        let call = protocol::encode(scheme, now_us, requests);
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
-            let script = inner.scripts.of(&call);
+            let script = inner.scripts.check(requests);
             let mut reply = self.run::<Vec<i64>>(&call, script, &mut conn).await;
             if inner.repair && matches!(&reply, Err(err) if call.error_is_corrupt(err)) {
                 // Opted in: what cannot be read is deleted, and the check starts over.
                 let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
-                    .arg(call.keys)
+                    .arg(&call.keys)
                     .query_async(&mut conn)
                     .await;
                 if deleted.is_ok() {
@@ -213,7 +225,7 @@ impl RedisBackend {
                 }
             }
             match reply {
-                Ok(reply) => script::parse_check(&reply, &call),
+                Ok(reply) => protocol::decode(&reply, requests),
                 Err(err) => {
                     if err.is_unrecoverable_error() || err.is_timeout() {
                         self.discard(generation);
@@ -253,7 +265,7 @@ impl RedisBackend {
     }
 
     /// Runs one command of the operator's tools (inspect, reset, scan) within the budget.
-    async fn query<T: FromRedisValue>(&self, what: &Invocation<'_>, cmd: &Cmd) -> Result<T, Error> {
+    async fn query<T: FromRedisValue>(&self, what: &Call, cmd: &Cmd) -> Result<T, Error> {
         self.within_budget(async {
             let (mut conn, generation) = self.connection().await?;
             cmd.query_async(&mut conn).await.map_err(|err| {
@@ -267,8 +279,8 @@ impl RedisBackend {
     }
 
     /// The state of `call`'s one key and the decision of its cost, writing nothing.
-    pub(crate) async fn inspect(&self, call: Invocation<'_>) -> Result<Inspected, Error> {
-        let script = self.inner.scripts.inspect();
+    pub(crate) async fn inspect(&self, call: Call) -> Result<Inspected, Error> {
+        let script = &self.inner.scripts.inspect;
         let reply = self
             .within_budget(async {
                 let (mut conn, _) = self.connection().await?;
@@ -277,18 +289,13 @@ impl RedisBackend {
                     .map_err(|err| call.error(err))
             })
             .await?;
-        script::parse_inspected(reply, call.keys.first().map_or("", String::as_str))
+        protocol::decode_inspected(reply, call.keys.first().map_or("", String::as_str))
     }
 
     /// Sets `call`'s one key to `value` for `ttl_ms`.
-    pub(crate) async fn set(
-        &self,
-        call: Invocation<'_>,
-        value: &str,
-        ttl_ms: u64,
-    ) -> Result<(), Error> {
+    pub(crate) async fn set(&self, call: Call, value: &str, ttl_ms: u64) -> Result<(), Error> {
         let mut set = deadpool_redis::redis::cmd("SET");
-        set.arg(call.keys).arg(value).arg("PX").arg(ttl_ms);
+        set.arg(&call.keys).arg(value).arg("PX").arg(ttl_ms);
         self.query(&call, &set).await
     }
 
@@ -296,7 +303,7 @@ impl RedisBackend {
     /// budget.
     pub(crate) async fn script(
         &self,
-        call: Invocation<'_>,
+        call: Call,
         script: impl Fn(&Scripts) -> &Script,
     ) -> Result<Vec<i64>, Error> {
         let script = script(&self.inner.scripts);
@@ -310,17 +317,17 @@ impl RedisBackend {
     }
 
     /// Removes lease `id` from the set at `key`.
-    pub(crate) async fn release(&self, call: Invocation<'_>, id: &str) -> Result<(), Error> {
+    pub(crate) async fn release(&self, call: Call, id: &str) -> Result<(), Error> {
         let mut zrem = deadpool_redis::redis::cmd("ZREM");
-        zrem.arg(call.keys).arg(id);
+        zrem.arg(&call.keys).arg(id);
         let _: u64 = self.query(&call, &zrem).await?;
         Ok(())
     }
 
     /// Deletes `call`'s keys; whether any existed.
-    pub(crate) async fn delete(&self, call: Invocation<'_>) -> Result<bool, Error> {
+    pub(crate) async fn delete(&self, call: Call) -> Result<bool, Error> {
         let mut del = deadpool_redis::redis::cmd("DEL");
-        del.arg(call.keys);
+        del.arg(&call.keys);
         let deleted: u64 = self.query(&call, &del).await?;
         Ok(deleted > 0)
     }
@@ -330,7 +337,7 @@ impl RedisBackend {
     /// scan went all the way round.
     pub(crate) async fn scan(
         &self,
-        call: Invocation<'_>,
+        call: Call,
         pattern: &str,
         max_calls: u64,
     ) -> Result<(Vec<String>, u64, bool), Error> {
@@ -363,7 +370,7 @@ impl RedisBackend {
     }
 
     /// A slot of each primary, to route a node's commands by; `[0]` (unused) off a Cluster.
-    async fn primaries(&self, call: &Invocation<'_>) -> Result<Vec<u16>, Error> {
+    async fn primaries(&self, call: &Call) -> Result<Vec<u16>, Error> {
         #[cfg(feature = "cluster")]
         if self.is_cluster() {
             // CLUSTER SLOTS: per range, its first slot, last slot, then its primary's node
@@ -400,7 +407,7 @@ impl RedisBackend {
     /// Runs `cmd` on the primary owning `slot` (a Cluster), or on the server.
     async fn query_node<T: FromRedisValue>(
         &self,
-        call: &Invocation<'_>,
+        call: &Call,
         cmd: &Cmd,
         slot: u16,
     ) -> Result<T, Error> {
@@ -439,7 +446,7 @@ impl RedisBackend {
     /// `script` for `call` by `EVALSHA`, or by `EVAL` on a node that lacks it.
     async fn run<T: FromRedisValue>(
         &self,
-        call: &Invocation<'_>,
+        call: &Call,
         script: &Script,
         conn: &mut (impl ConnectionLike + Send),
     ) -> Result<T, RedisError> {
@@ -504,7 +511,7 @@ pub struct RedisBackendBuilder {
     pool_size: usize,
     repair: bool,
     #[cfg(feature = "tls")]
-    tls: super::tls::Tls,
+    tls: tls::Tls,
 }
 
 impl RedisBackendBuilder {
@@ -515,7 +522,7 @@ impl RedisBackendBuilder {
             pool_size: 4,
             repair: false,
             #[cfg(feature = "tls")]
-            tls: super::tls::Tls::default(),
+            tls: tls::Tls::default(),
         }
     }
 
@@ -581,7 +588,7 @@ impl RedisBackendBuilder {
             return Err(ConfigError::Zero { field: "pool_size" });
         }
         #[cfg(feature = "tls")]
-        super::tls::install_crypto_provider();
+        tls::install_crypto_provider();
         let pools = self.pools()?;
         Ok(RedisBackend {
             inner: Arc::new(Inner {

@@ -10,13 +10,13 @@ use crate::{
     key_table::{Expiring, KeyId, KeyTable},
 };
 
-use super::{
-    bans::Bans,
-    leases::Leases,
-    overrides::Overrides,
-    recent::Recent,
-    script::{Answer, Inspected},
-};
+mod bans;
+pub(crate) mod leases;
+mod overrides;
+mod recent;
+
+use self::{bans::Bans, leases::Leases, overrides::Overrides, recent::Recent};
+use super::answer::{Answer, Inspected};
 
 const SHARDS: usize = 16;
 

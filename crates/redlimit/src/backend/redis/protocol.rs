@@ -1,0 +1,372 @@
+//! The Redis wire protocol, the client's half of `lua/protocol.lua`: every script call's `KEYS`
+//! and `ARGV` are built here ([`encode`], [`lease`], [`Call::keys`]), and every check's reply is
+//! read here ([`decode`]). A call carries a list of requests (one today), each with a fixed
+//! header of cost, number of policies and flags, so no script infers what it was sent from how
+//! many arguments there are.
+
+use deadpool_redis::redis::{Cmd, RedisError};
+
+use super::scripts::Script;
+use crate::{
+    Error, ErrorKind, KeyScheme, Policy,
+    algorithm::{Denial, View},
+    backend::{
+        answer::{Answer, Inspected},
+        memory::leases::Acquired,
+    },
+    policy::MAX_EXACT,
+};
+
+/// A request's flags: counted once per request id, kept refundable, a refund carrying the
+/// time its reservation was taken at.
+const ONCE: u64 = 1;
+const RESERVE: u64 = 2;
+const TAKEN_AT: u64 = 4;
+/// A policy's flags: it reads an override, it bans, it is in delay mode.
+const OVERRIDES: u64 = 1;
+const BAN: u64 = 2;
+const DELAY: u64 = 4;
+
+/// The error code a script raises for a key it cannot read.
+const CORRUPT: &str = "REDLIMIT_CORRUPT";
+/// Redis's error code for a command on a key of another type.
+const WRONGTYPE: &str = "WRONGTYPE";
+
+/// One request of a call: a check of `policies` for `client` (or, with `taken_at_us`, the
+/// refund of a reservation).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    pub(crate) policies: &'a [Policy],
+    pub(crate) client: &'a str,
+    pub(crate) cost: u64,
+    /// A request id and how long (ms) its first answer is remembered.
+    pub(crate) once: Option<(&'a str, u64)>,
+    pub(crate) reserve: bool,
+    /// A refund: the time (us) its reservation was taken at.
+    pub(crate) taken_at_us: Option<u64>,
+    /// Whether the policies' overrides and bans are read: not for an inspection of a key a
+    /// scan found, which has no client to read them for.
+    pub(crate) marks: bool,
+}
+
+impl<'a> Request<'a> {
+    /// A plain check of cost 1 of `policies` for `client`.
+    pub(crate) fn new(policies: &'a [Policy], client: &'a str) -> Self {
+        Self {
+            policies,
+            client,
+            cost: 1,
+            once: None,
+            reserve: false,
+            taken_at_us: None,
+            marks: true,
+        }
+    }
+
+    /// Whether the lean script of one policy can run it: one policy that reads no override
+    /// and bans no one.
+    pub(crate) fn is_lean(&self) -> bool {
+        match self.policies {
+            [policy] => self.marks_of(policy) == 0,
+            _ => false,
+        }
+    }
+
+    /// The override and ban flags of `policy` in this request.
+    fn marks_of(&self, policy: &Policy) -> u64 {
+        if !self.marks {
+            return 0;
+        }
+        let overrides = if policy.takes_overrides() {
+            OVERRIDES
+        } else {
+            0
+        };
+        overrides | if policy.ban().is_some() { BAN } else { 0 }
+    }
+}
+
+enum Arg {
+    Int(u64),
+    Text(&'static str),
+    Owned(String),
+}
+
+/// One script call: its `KEYS` and `ARGV`, built in one place.
+pub(crate) struct Call {
+    pub(crate) keys: Vec<String>,
+    args: Vec<Arg>,
+}
+
+/// The call checking (or refunding) `requests` at `now_us` (`None`: Redis `TIME`).
+pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Request<'_>]) -> Call {
+    let mut keys = Vec::new();
+    let mut args = Vec::with_capacity(2 + requests.len() * 10);
+    args.push(now_us.map_or(Arg::Text(""), Arg::Int));
+    args.push(Arg::Int(requests.len() as u64));
+    for request in requests {
+        let mut flags = 0;
+        if request.once.is_some() {
+            flags |= ONCE;
+        }
+        if request.reserve {
+            flags |= RESERVE;
+        }
+        if request.taken_at_us.is_some() {
+            flags |= TAKEN_AT;
+        }
+        // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
+        args.push(Arg::Int(request.cost.min(MAX_EXACT)));
+        args.push(Arg::Int(request.policies.len() as u64));
+        args.push(Arg::Int(flags));
+        if let Some((_, window_ms)) = request.once {
+            args.push(Arg::Int(window_ms));
+        }
+        if let Some(at_us) = request.taken_at_us {
+            args.push(Arg::Int(at_us));
+        }
+        for policy in request.policies {
+            let marks = request.marks_of(policy);
+            let delay = if policy.max_delay_ms() > 0 { DELAY } else { 0 };
+            args.extend([
+                Arg::Text(policy.algorithm().tag()),
+                Arg::Int(policy.limit()),
+                Arg::Int(policy.window_ms()),
+                Arg::Int(policy.burst()),
+                Arg::Int(marks | delay),
+            ]);
+            keys.push(scheme.key(policy, request.client));
+            if marks & OVERRIDES != 0 {
+                keys.push(scheme.override_key(policy, request.client));
+            }
+            if let Some(ban) = policy.ban().filter(|_| marks & BAN != 0) {
+                args.extend(ban.millis().unwrap_or_default().map(Arg::Int));
+                keys.push(scheme.strikes_key(policy, request.client));
+                keys.push(scheme.ban_key(policy, request.client));
+            }
+            if delay != 0 {
+                args.push(Arg::Int(policy.max_delay_ms()));
+            }
+        }
+        if let Some((id, _)) = request.once {
+            keys.push(scheme.once(request.policies, request.client, id));
+        }
+    }
+    Call { keys, args }
+}
+
+/// The call acquiring (or, with `limit` 0, renewing) lease `id` of `ttl_ms` in the set at `key`.
+pub(crate) fn lease(key: String, limit: u64, ttl_ms: u64, id: &str) -> Call {
+    Call {
+        keys: vec![key],
+        args: vec![
+            Arg::Text(""),
+            Arg::Int(limit),
+            Arg::Int(ttl_ms),
+            Arg::Owned(id.to_owned()),
+        ],
+    }
+}
+
+/// What an override's key holds: the numbers a client is checked by and the key its state
+/// lives under with them (read by `marks.lua`'s `overridden`).
+pub(crate) fn override_value(overridden: &Policy, key: &str) -> String {
+    format!(
+        "{},{},{},{key}",
+        overridden.limit(),
+        overridden.window_ms(),
+        overridden.burst(),
+    )
+}
+
+impl Call {
+    /// A command about `keys`, all in one slot, with no arguments of the protocol's.
+    pub(crate) fn keys(keys: Vec<String>) -> Self {
+        Self {
+            keys,
+            args: Vec::new(),
+        }
+    }
+
+    /// `EVALSHA sha …`: the one command of a check at steady state.
+    pub(crate) fn evalsha(&self, script: &Script) -> Cmd {
+        self.command("EVALSHA", script.sha1())
+    }
+
+    /// `EVAL source …`: for a node that lacks the script (`NOSCRIPT`: a restart, a flush, a
+    /// freshly promoted replica). It runs the check and caches the script on that very node,
+    /// which is the one owning the keys.
+    pub(crate) fn eval(&self, script: &Script) -> Cmd {
+        self.command("EVAL", script.source())
+    }
+
+    fn command(&self, name: &str, script: &str) -> Cmd {
+        let mut cmd = deadpool_redis::redis::cmd(name);
+        cmd.arg(script).arg(self.keys.len()).arg(&self.keys);
+        for arg in &self.args {
+            match arg {
+                Arg::Int(n) => cmd.arg(*n),
+                Arg::Text(text) => cmd.arg(*text),
+                Arg::Owned(text) => cmd.arg(text),
+            };
+        }
+        cmd
+    }
+
+    /// Whether `err` says a key of this call holds corrupt state.
+    pub(crate) fn error_is_corrupt(&self, err: &RedisError) -> bool {
+        matches!(err.code(), Some(CORRUPT | WRONGTYPE))
+    }
+
+    /// Classifies a Redis error of this call: corrupt state (the script's own error, or a key
+    /// of the wrong type), a timeout, or a backend failure.
+    pub(crate) fn error(&self, err: RedisError) -> Error {
+        if err.code() == Some(CORRUPT) {
+            let detail = err.detail().unwrap_or_default();
+            let detail = detail.split(" script:").next().unwrap_or(detail).to_owned();
+            return Error::new(
+                ErrorKind::CorruptState,
+                format!("corrupt limiter state: {detail}"),
+            );
+        }
+        if err.code() == Some(WRONGTYPE) {
+            return Error::new(
+                ErrorKind::CorruptState,
+                format!(
+                    "corrupt limiter state: {} holds the wrong type of value",
+                    self.keys.join(" or ")
+                ),
+            );
+        }
+        let kind = if err.is_timeout() {
+            ErrorKind::Timeout
+        } else {
+            ErrorKind::Backend
+        };
+        Error::new(kind, "redis").with_source(err)
+    }
+}
+
+/// A request's reply, read.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    /// One per policy.
+    pub(crate) answers: Vec<Answer>,
+    /// The limit in force for each policy that takes overrides, in order.
+    pub(crate) limits: Vec<u64>,
+    /// A reservation's time; `None` for a retry, which took nothing.
+    pub(crate) taken_at_us: Option<u64>,
+}
+
+/// Reads a check's reply: per request, four integers per policy, then the limit in force of
+/// each policy that reads an override, then for a reservation the time it was taken at.
+pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Reply>, Error> {
+    let mut rest = reply;
+    let mut replies = Vec::with_capacity(requests.len());
+    for request in requests {
+        let overridable = request
+            .policies
+            .iter()
+            .filter(|p| request.marks_of(p) & OVERRIDES != 0)
+            .count();
+        let length = 4 * request.policies.len() + overridable + usize::from(request.reserve);
+        if rest.len() < length {
+            return Err(short_reply(reply.len()));
+        }
+        let (mine, next) = rest.split_at(length);
+        rest = next;
+        let (answers, after) = mine.split_at(4 * request.policies.len());
+        let (limits, taken) = after.split_at(overridable);
+        replies.push(Reply {
+            answers: answers
+                .chunks_exact(4)
+                .map(answer)
+                .collect::<Result<_, _>>()?,
+            limits: limits
+                .iter()
+                .map(|&l| u64::try_from(l).unwrap_or(0))
+                .collect(),
+            taken_at_us: taken
+                .first()
+                .and_then(|&at| u64::try_from(at).ok())
+                .filter(|&at| at > 0),
+        });
+    }
+    if !rest.is_empty() {
+        return Err(short_reply(reply.len()));
+    }
+    Ok(replies)
+}
+
+/// Reads the lease script's reply: granted (1/0), free slots after, the wait (ms) until the
+/// earliest lease expires.
+pub(crate) fn decode_acquired(reply: &[i64]) -> Result<Acquired, Error> {
+    let &[granted, free, wait] = reply else {
+        return Err(Error::new(
+            ErrorKind::Backend,
+            format!("the lease script replied {} integers", reply.len()),
+        ));
+    };
+    Ok(Acquired {
+        granted: granted == 1,
+        free: u64::try_from(free).unwrap_or(0),
+        wait_ms: u64::try_from(wait).unwrap_or(0),
+    })
+}
+
+/// Reads a refund's reply: per request, how many of its policies gave something back.
+pub(crate) fn decode_refunds(reply: &[i64]) -> Vec<u64> {
+    reply
+        .iter()
+        .map(|&n| u64::try_from(n).unwrap_or(0))
+        .collect()
+}
+
+/// Reads the inspect script's reply for the key `key`.
+pub(crate) fn decode_inspected(
+    reply: (i64, i64, i64, i64, i64, Vec<String>, i64, String),
+    key: &str,
+) -> Result<Inspected, Error> {
+    let (allowed, remaining, reset, retry, pttl, state, limit, read) = reply;
+    let answer = answer(&[allowed, remaining, reset, retry])?;
+    let mut fields = state.into_iter();
+    let mut pairs = Vec::new();
+    while let (Some(field), Some(value)) = (fields.next(), fields.next()) {
+        pairs.push((field, value));
+    }
+    Ok(Inspected {
+        answer,
+        ttl_ms: u64::try_from(pttl).ok(),
+        state: pairs,
+        overridden: (read != key).then(|| (u64::try_from(limit).unwrap_or(0), read)),
+    })
+}
+
+fn short_reply(integers: usize) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        format!("script replied {integers} integers, not what its requests ask for"),
+    )
+}
+
+/// One policy's four integers: allowed (1, 0, or 2 for a ban's denial), remaining, reset (ms),
+/// retry (ms; -1 when admitted without delay, the wait for its slot in delay mode, -2 never).
+fn answer(four: &[i64]) -> Result<Answer, Error> {
+    let &[allowed, remaining, reset_ms, retry] = four else {
+        return Err(short_reply(four.len()));
+    };
+    let unsigned = |n: i64| {
+        u64::try_from(n)
+            .map_err(|_| Error::new(ErrorKind::Backend, format!("script replied a negative {n}")))
+    };
+    let view = View {
+        remaining: unsigned(remaining)?,
+        reset_ms: unsigned(reset_ms)?,
+    };
+    Ok(match (allowed, retry) {
+        (1, wait) => Answer::allowed(view, u64::try_from(wait).unwrap_or(0)),
+        (2, ms) => Answer::banned(view, unsigned(ms)?),
+        (_, -2) => Answer::denied(view, Denial::Never),
+        (_, ms) => Answer::denied(view, Denial::RetryAfterMs(unsigned(ms)?)),
+    })
+}
