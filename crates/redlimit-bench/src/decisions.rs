@@ -92,7 +92,7 @@ impl Contender {
                         client,
                     )
                     .await
-                    .expect("redlimit check_all");
+                    .expect("redlimit check of two policies");
             }
         }
     }
@@ -181,7 +181,10 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
     };
     let raw = Contender::Raw {
         conn,
-        sha1: load(&mut admin, redlimit::script_of(&[policy(Algorithm::FixedWindow, 100)])),
+        sha1: load(
+            &mut admin,
+            redlimit::script_of(&[policy(Algorithm::FixedWindow, 100)]),
+        ),
     };
     let mut contenders: Vec<(String, Arc<Contender>)> = vec![
         (NAIVE.to_owned(), Arc::new(naive)),

@@ -262,7 +262,7 @@ impl MemoryBackend {
         live
     }
 
-    /// As [`check`](Self::check), for policies of which some ban (see `lua/several.lua`): a
+    /// As [`check`](Self::check), for policies of which some ban (see `lua/check.lua`): a
     /// banned client is denied by that policy until its ban ends, the others only deciding;
     /// every denial by a policy that bans counts towards a ban, and the one that starts it
     /// answers the ban's length.
