@@ -8,10 +8,13 @@ use std::{
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use redlimit::{Check, Decisions, Lease, Waiting};
+use redlimit::{Decisions, Waiting};
 use tower_service::Service;
 
-use crate::{rejection_body::rejection_body, runtime::Runtime};
+use crate::{
+    rejection_body::rejection_body,
+    runtime::{Admission, HeldLease, Refund, Runtime},
+};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): the check, then the inner call,
@@ -54,13 +57,9 @@ pin_project! {
     where
         S: Service<Request<B>>,
     {
-        // Boxed: only checks that wait for Redis take this state, and the others should not
-        // carry (and move) a whole request's room in their future.
-        Checking {
-            check: Check,
-            pending: Option<Box<Pending<S, B>>>,
-        },
-        // A concurrency limit: the rate check, then a lease.
+        // The check (and a concurrency limit's lease) waiting for Redis. Boxed: only such
+        // requests take this state, and the others should not carry (and move) a whole
+        // request's room in their future.
         Admitting {
             admission: Admission,
             pending: Option<Box<Pending<S, B>>>,
@@ -100,30 +99,13 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
     /// A check already decided: call the service or answer.
     pub(crate) fn decided(
         decisions: Decisions,
+        lease: HeldLease,
         service: &mut S,
         request: Request<B>,
         runtime: &Arc<Runtime>,
     ) -> Self {
         Self {
-            state: decide(decisions, None, service, request, runtime),
-        }
-    }
-
-    pub(crate) fn checking(
-        check: Check,
-        service: S,
-        request: Request<B>,
-        runtime: Arc<Runtime>,
-    ) -> Self {
-        Self {
-            state: State::Checking {
-                check,
-                pending: Some(Box::new(Pending {
-                    service,
-                    request,
-                    runtime,
-                })),
-            },
+            state: decide(decisions, lease, service, request, runtime),
         }
     }
 
@@ -163,16 +145,6 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
         }
     }
 }
-
-/// The rate check and then, if it allowed, the concurrency lease: their decisions together.
-pub(crate) type Admission = Pin<Box<dyn Future<Output = (Decisions, HeldLease)> + Send>>;
-
-/// A concurrency lease held while the service runs. Boxed: most layers have no concurrency
-/// limit, and every request's future would otherwise carry (and move) a lease's room.
-pub(crate) type HeldLease = Option<Box<Lease>>;
-
-/// A refund a response owes its reservation.
-pub(crate) type Refund = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What a check that waits for Redis keeps until it is decided.
 struct Pending<S, B> {
@@ -260,20 +232,8 @@ where
         let mut state = self.project().state;
         loop {
             match state.as_mut().project() {
-                StateProj::Checking { check, pending } => {
-                    let decisions = ready!(Pin::new(check).poll(cx));
-                    let mut pending = *pending.take().expect("polled after completion");
-                    let next = decide(
-                        decisions,
-                        None,
-                        &mut pending.service,
-                        pending.request,
-                        &pending.runtime,
-                    );
-                    state.set(next);
-                }
                 StateProj::Admitting { admission, pending } => {
-                    let (decisions, lease) = ready!(admission.as_mut().poll(cx));
+                    let (decisions, lease) = ready!(Pin::new(admission).poll(cx));
                     let mut pending = *pending.take().expect("polled after completion");
                     let next = decide(
                         decisions,

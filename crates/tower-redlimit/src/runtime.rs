@@ -1,15 +1,21 @@
 //! What every service of one layer shares while it runs: the guard, the key and cost rules, and
 //! how answers are written.
 
-use std::{borrow::Cow, sync::Arc, time::Duration};
+use std::{
+    borrow::Cow,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header, request::Parts};
-use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter};
+use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
 
 use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
-    future::{Admission, Refund},
     headers::{self, policy_value, policy_value_of, seconds_up},
     response::{Rejected, default_response},
 };
@@ -56,10 +62,56 @@ pub(crate) struct Runtime {
 }
 
 /// What the access lists say of a request.
-pub(crate) enum Listed {
+enum Listed {
     Allowed,
     Denied(Response<Bytes>),
     Neither,
+}
+
+/// What becomes of a request: served unlimited, answered by the layer, or admitted (or not)
+/// by its tier's runtime.
+pub(crate) enum Admit<'a> {
+    Pass,
+    Answer(Response<Bytes>),
+    Check(Admission, &'a Arc<Runtime>),
+}
+
+/// A concurrency lease held while the service runs. Boxed: most layers have no concurrency
+/// limit, and every request's future would otherwise carry (and move) a lease's room.
+pub(crate) type HeldLease = Option<Box<Lease>>;
+
+/// A refund a response owes its reservation.
+pub(crate) type Refund = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The rate check of a request and, when it has a concurrency limit, then its lease: their
+/// decisions together, decided already (see [`into_ready`](Self::into_ready)) or to await.
+pub(crate) enum Admission {
+    Check(Check),
+    Leasing(Pin<Box<dyn Future<Output = (Decisions, HeldLease)> + Send>>),
+}
+
+impl Admission {
+    /// The decisions if they are already made, else the admission to await.
+    pub(crate) fn into_ready(self) -> Result<(Decisions, HeldLease), Self> {
+        match self {
+            Self::Check(check) => match check.into_ready() {
+                Ok(decisions) => Ok((decisions, None)),
+                Err(waiting) => Err(Self::Check(waiting)),
+            },
+            leasing @ Self::Leasing(_) => Err(leasing),
+        }
+    }
+}
+
+impl Future for Admission {
+    type Output = (Decisions, HeldLease);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Self::Check(check) => Pin::new(check).poll(cx).map(|decisions| (decisions, None)),
+            Self::Leasing(leasing) => leasing.as_mut().poll(cx),
+        }
+    }
 }
 
 impl Runtime {
@@ -89,10 +141,7 @@ impl Runtime {
 
     /// The key of a request after the missing-key rule: `Ok(None)` lets it through unlimited,
     /// `Err` is the status to answer with.
-    pub(crate) fn key_of<'a>(
-        &'a self,
-        parts: &'a Parts,
-    ) -> Result<Option<Cow<'a, str>>, StatusCode> {
+    fn key_of<'a>(&'a self, parts: &'a Parts) -> Result<Option<Cow<'a, str>>, StatusCode> {
         match (self.key.extract(parts), &self.missing_key) {
             (Some(key), _) => Ok(Some(key)),
             (None, MissingKey::Allow) => Ok(None),
@@ -124,11 +173,7 @@ impl Runtime {
     }
 
     /// The runtime of the tier that `request` with `key` is limited by.
-    pub(crate) fn for_request<'a>(
-        self: &'a Arc<Self>,
-        request: &Parts,
-        key: &str,
-    ) -> &'a Arc<Self> {
+    fn for_request<'a>(self: &'a Arc<Self>, request: &Parts, key: &str) -> &'a Arc<Self> {
         self.choose
             .as_ref()
             .and_then(|choose| choose(request, key))
@@ -150,7 +195,7 @@ impl Runtime {
 
     /// The check of `request` by `key`: counted once per request id when the layer reads one
     /// and the request carries it, and a reservation when responses settle what counts.
-    pub(crate) fn check(&self, request: &Parts, key: &str) -> Check {
+    fn check(&self, request: &Parts, key: &str) -> Check {
         let mut check = self.guard.check(key).cost(self.cost_of(request));
         let id = self
             .idempotency
@@ -170,22 +215,45 @@ impl Runtime {
         check.start()
     }
 
+    /// What becomes of `request`: the lists, then its key (or the missing-key rule), then its
+    /// tier's admission.
+    pub(crate) fn admit<'a>(self: &'a Arc<Self>, request: &Parts) -> Admit<'a> {
+        let key = self.key_of(request);
+        if self.allow.is_some() || self.deny.is_some() {
+            match self.listed(request, key.as_ref().ok().and_then(Option::as_deref)) {
+                Listed::Denied(response) => return Admit::Answer(response),
+                Listed::Allowed => return Admit::Pass,
+                Listed::Neither => {}
+            }
+        }
+        match key {
+            Ok(Some(key)) => {
+                let tier = self.for_request(request, &key);
+                Admit::Check(tier.admission(request, key), tier)
+            }
+            Ok(None) => Admit::Pass,
+            Err(status) => Admit::Answer(self.missing_key_response(status)),
+        }
+    }
+
     /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit.
-    pub(crate) fn admission(&self, request: &Parts, key: String) -> Admission {
+    fn admission(&self, request: &Parts, key: Cow<'_, str>) -> Admission {
         let check = self.check(request, &key);
-        let guard = self.guard.clone();
-        let policy = self.concurrency.clone();
-        Box::pin(async move {
+        let Some(policy) = self.concurrency.clone() else {
+            return Admission::Check(check);
+        };
+        let (guard, key) = (self.guard.clone(), key.into_owned());
+        Admission::Leasing(Box::pin(async move {
             let decisions = check.await;
-            let Some(policy) = policy.filter(|_| decisions.allowed()) else {
+            if !decisions.allowed() {
                 return (decisions, None);
-            };
+            }
             let (decision, lease) = guard.acquire(&policy, &key).await;
             (
                 decisions.and(decision),
                 lease.map(|lease| Box::new(lease.keep_alive())),
             )
-        })
+        }))
     }
 
     /// The refund a response owes its admitted reservation `decisions`: the part of the cost
@@ -206,7 +274,7 @@ impl Runtime {
     }
 
     /// The deny list first, then the allow list; each counted by the guard.
-    pub(crate) fn listed(&self, request: &Parts, key: Option<&str>) -> Listed {
+    fn listed(&self, request: &Parts, key: Option<&str>) -> Listed {
         if self
             .deny
             .as_ref()
@@ -230,7 +298,7 @@ impl Runtime {
 
     /// The answer to a request the key extractor finds no key in: the status of
     /// [`MissingKey::Reject`], and what the extractor read.
-    pub(crate) fn missing_key_response(&self, status: StatusCode) -> Response<Bytes> {
+    fn missing_key_response(&self, status: StatusCode) -> Response<Bytes> {
         let mut response = Response::new(self.missing_key_text.clone());
         *response.status_mut() = status;
         response

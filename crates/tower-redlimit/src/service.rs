@@ -8,7 +8,7 @@ use tower_service::Service;
 
 use crate::{
     future::ResponseFuture,
-    runtime::{Listed, Runtime},
+    runtime::{Admit, Runtime},
 };
 
 /// A service limited by a [`RateLimitLayer`](crate::RateLimitLayer).
@@ -92,50 +92,28 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let runtime = &self.runtime;
         let (parts, body) = request.into_parts();
-        let key = runtime.key_of(&parts);
-        if runtime.allow.is_some() || runtime.deny.is_some() {
-            match runtime.listed(&parts, key.as_ref().ok().and_then(Option::as_deref)) {
-                Listed::Denied(response) => return ResponseFuture::ready(response),
-                Listed::Allowed => {
-                    let request = Request::from_parts(parts, body);
-                    return ResponseFuture::pass(self.inner.call(request));
-                }
-                Listed::Neither => {}
-            }
-        }
-        let runtime = match &key {
-            Ok(Some(key)) => runtime.for_request(&parts, key),
-            _ => runtime,
-        };
-        let check = match key {
-            Ok(Some(key)) if runtime.concurrency.is_some() => {
-                let admission = runtime.admission(&parts, key.into_owned());
-                let request = Request::from_parts(parts, body);
-                let clone = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, clone);
-                return ResponseFuture::admitting(admission, ready, request, Arc::clone(runtime));
-            }
-            Ok(Some(key)) => runtime.check(&parts, &key),
-            // Unlimited: the service that is ready takes it now.
-            Ok(None) => {
+        let (admission, runtime) = match self.runtime.admit(&parts) {
+            Admit::Pass => {
                 let request = Request::from_parts(parts, body);
                 return ResponseFuture::pass(self.inner.call(request));
             }
-            Err(status) => return ResponseFuture::ready(runtime.missing_key_response(status)),
+            Admit::Answer(response) => return ResponseFuture::ready(response),
+            Admit::Check(admission, runtime) => (admission, runtime),
         };
         let request = Request::from_parts(parts, body);
-        match check.into_ready() {
+        match admission.into_ready() {
             // Memory, a local block, an open circuit: the ready service is called (or not) now,
             // with no clone and no future kept.
-            Ok(decisions) => ResponseFuture::decided(decisions, &mut self.inner, request, runtime),
+            Ok((decisions, lease)) => {
+                ResponseFuture::decided(decisions, lease, &mut self.inner, request, runtime)
+            }
             Err(waiting) => {
                 // The call waits for Redis. The clone may not be ready: keep the one that is
                 // for the future, leave the clone in its place.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::checking(waiting, ready, request, Arc::clone(runtime))
+                ResponseFuture::admitting(waiting, ready, request, Arc::clone(runtime))
             }
         }
     }
