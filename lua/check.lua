@@ -6,77 +6,73 @@
 -- request, otherwise before it. A banned client is denied until its ban ends, and every denial
 -- by a policy that bans counts towards a ban.
 
-local now_us = nil
-
--- The reply to one request.
-local function decide_request(request)
-  if request.idem then
-    local seen = seen_before(request.idem)
-    if seen then
-      return seen
-    end
-  end
-  now_us = now_us or clock(ARGV[1])
-  local cost, policies = request.cost, request.policies
-  -- limits: the limit in force of each policy that takes overrides, made at the first.
-  local reply, kept, admitted, limits = {}, {}, true, nil
-  for i = 1, #policies do
-    local p = policies[i]
-    local key, limit, window, burst = in_force(p)
-    if p.okey then
-      limits = limits or {}
-      limits[#limits + 1] = limit
-    end
-    local decide, take = algorithm(p.algorithm)
-    local allowed, remaining, reset, retry, a, b, c, d
-    local left = nil
-    if p.ban then
-      left = marks_of().banned(p.bkey, div(now_us, 1000))
-    end
-    if left then
-      allowed, remaining, reset, retry = 2, 0, left, left
-    else
-      allowed, remaining, reset, retry, a, b, c, d = decide(key, limit, window, burst, now_us, cost, p.slack)
-      if allowed == 0 and p.ban and retry ~= NEVER then
-        local length = marks_of().strike(p.skey, p.bkey, p.ban, div(now_us, 1000))
-        if length then
-          allowed, reset, retry = 2, max(reset, length), length
-        end
-      end
-    end
-    local at = #reply
-    reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = allowed, remaining, reset, retry
-    kept[i] = { take, key, limit, window, burst, a, b, c, d }
-    if allowed ~= 1 then
-      admitted = false
-    end
-  end
-  if admitted and cost > 0 then
-    for i = 1, #policies do
-      local k = kept[i]
-      reply[4 * i - 2], reply[4 * i - 1] = k[1](k[2], k[3], k[4], k[5], now_us, cost, k[6], k[7], k[8], k[9])
-    end
-  end
-  for i = 1, limits and #limits or 0 do
-    reply[#reply + 1] = limits[i]
-  end
-  if request.reserve then
-    reply[#reply + 1] = 0
-  end
-  if request.idem then
-    remember(request.idem, reply, request.once_window)
-  end
-  if request.reserve then
-    reply[#reply] = now_us
-  end
-  return reply
-end
-
+local now_us, _ = nil, nil
 local out, a, k = {}, 3, 1
 for _ = 1, tonumber(ARGV[2]) do
-  local request
-  request, a, k = read_request(ARGV, KEYS, a, k)
-  local reply = decide_request(request)
+  local cost, count, reserve, once_window
+  cost, count, reserve, once_window, _, a = read_header(ARGV, a)
+  local idem, reply = nil, nil
+  if once_window then
+    idem = KEYS[k]
+    k = k + 1
+    reply = seen_before(idem)
+  end
+  if reply then
+    a, k = skip_policies(ARGV, a, k, count)
+  else
+    now_us = now_us or clock(ARGV[1])
+    -- limits: the limit in force of each policy that takes overrides, made at the first.
+    local kept, admitted, limits = {}, true, nil
+    reply = {}
+    for i = 1, count do
+      local name, key, limit, window, burst, overridable, ban, skey, bkey, slack
+      name, key, limit, window, burst, overridable, ban, skey, bkey, slack, a, k = read_policy(ARGV, KEYS, a, k)
+      if overridable then
+        limits = limits or {}
+        limits[#limits + 1] = limit
+      end
+      local decide, take = algorithm(name)
+      local allowed, remaining, reset, retry, b, c, d, e
+      local left = nil
+      if ban then
+        left = marks_of().banned(bkey, div(now_us, 1000))
+      end
+      if left then
+        allowed, remaining, reset, retry = 2, 0, left, left
+      else
+        allowed, remaining, reset, retry, b, c, d, e = decide(key, limit, window, burst, now_us, cost, slack)
+        if allowed == 0 and ban and retry ~= NEVER then
+          local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
+          if length then
+            allowed, reset, retry = 2, max(reset, length), length
+          end
+        end
+      end
+      reply[4 * i - 3], reply[4 * i - 2], reply[4 * i - 1], reply[4 * i] = allowed, remaining, reset, retry
+      kept[i] = { take, key, limit, window, burst, b, c, d, e }
+      if allowed ~= 1 then
+        admitted = false
+      end
+    end
+    if admitted and cost > 0 then
+      for i = 1, count do
+        local t = kept[i]
+        reply[4 * i - 2], reply[4 * i - 1] = t[1](t[2], t[3], t[4], t[5], now_us, cost, t[6], t[7], t[8], t[9])
+      end
+    end
+    for i = 1, limits and #limits or 0 do
+      reply[#reply + 1] = limits[i]
+    end
+    if reserve then
+      reply[#reply + 1] = 0
+    end
+    if idem then
+      remember(idem, reply, once_window)
+    end
+    if reserve then
+      reply[#reply] = now_us
+    end
+  end
   for i = 1, #reply do
     out[#out + 1] = reply[i]
   end

@@ -4,9 +4,9 @@
 -- (us; 0 for a retry, which took nothing).
 local cost, flags, a = tonumber(ARGV[3]), tonumber(ARGV[5]), 6
 local once, reserve = has(flags, ONCE), has(flags, RESERVE)
-local idem, window_once = nil, nil
+local key, idem, window_once = KEYS[1], nil, nil
 if once then
-  idem, window_once = KEYS[2], ARGV[a]
+  idem, key, window_once = KEYS[1], KEYS[2], ARGV[a]
   a = a + 1
   local reply = seen_before(idem)
   if reply then
@@ -19,7 +19,7 @@ local slack = nil
 if has(tonumber(ARGV[a + 4]), DELAY) then
   slack = tonumber(ARGV[a + 5]) * 1000
 end
-local key, now_us = KEYS[1], clock(ARGV[1])
+local now_us = clock(ARGV[1])
 local allowed, remaining, reset, retry, b, c, d, e = decide(key, limit, window, burst, now_us, cost, slack)
 if allowed == 1 and cost > 0 then
   remaining, reset = take(key, limit, window, burst, now_us, cost, b, c, d, e)

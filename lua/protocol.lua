@@ -1,64 +1,74 @@
 -- The wire protocol of check.lua, refund.lua and inspect.lua, written by the client in
--- src/backend/redis/protocol.rs. Only entries call these readers, with their ARGV and KEYS.
+-- src/backend/redis/protocol.rs. Only entries call these readers, with their ARGV and KEYS; they
+-- build no table but a ban's numbers.
 --
 -- ARGV: the time (us, or '' for Redis TIME), the number of requests, then each request: its
 -- cost, its number of policies, its flags (ONCE, RESERVE, TAKEN_AT), the request id's window
 -- (ms) when ONCE, the reservation's time (us) when TAKEN_AT; then each policy: algorithm, limit,
 -- window (ms), burst, its flags (OVERRIDES, BAN, DELAY), then the ban's after, within, for and
 -- max (ms) when BAN, the longest delay (ms) when DELAY.
--- KEYS: each request's policies in order, each its key, then its override key when OVERRIDES,
--- then its strikes and ban keys when BAN; then the request id's key when ONCE.
+-- KEYS: each request's request id key when ONCE, then its policies' in order, each its key, its
+-- override key when OVERRIDES, and its strikes and ban keys when BAN.
 
--- The request whose arguments start at argv[a] and keys at keys[k], and where the next begins.
-local function read_request(argv, keys, a, k)
-  local request = { cost = tonumber(argv[a]), policies = {} }
-  local count, flags = tonumber(argv[a + 1]), tonumber(argv[a + 2])
+-- The header of the request whose arguments start at argv[a]: its cost, number of policies,
+-- whether it is a reservation, the request id's window (ms) or nil, the reservation's time
+-- (us) or nil, and where its policies' arguments begin.
+local function read_header(argv, a)
+  local cost, count, flags = tonumber(argv[a]), tonumber(argv[a + 1]), tonumber(argv[a + 2])
   a = a + 3
+  local once_window, taken_at = nil, nil
   if has(flags, ONCE) then
-    request.once_window = argv[a]
+    once_window = argv[a]
     a = a + 1
   end
   if has(flags, TAKEN_AT) then
-    request.taken_at = tonumber(argv[a])
+    taken_at = tonumber(argv[a])
     a = a + 1
   end
-  request.reserve = has(flags, RESERVE)
-  for i = 1, count do
-    local p = {
-      algorithm = argv[a],
-      limit = tonumber(argv[a + 1]),
-      window = tonumber(argv[a + 2]),
-      burst = tonumber(argv[a + 3]),
-      key = keys[k],
-    }
-    local pflags = tonumber(argv[a + 4])
-    a, k = a + 5, k + 1
-    if has(pflags, OVERRIDES) then
-      p.okey = keys[k]
-      k = k + 1
-    end
-    if has(pflags, BAN) then
-      p.ban = { tonumber(argv[a]), tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]) }
-      p.skey, p.bkey = keys[k], keys[k + 1]
-      a, k = a + 4, k + 2
-    end
-    if has(pflags, DELAY) then
-      p.slack = tonumber(argv[a]) * 1000
-      a = a + 1
-    end
-    request.policies[i] = p
-  end
-  if has(flags, ONCE) then
-    request.idem = keys[k]
-    k = k + 1
-  end
-  return request, a, k
+  return cost, count, has(flags, RESERVE), once_window, taken_at, a
 end
 
--- The key and numbers a policy is checked by for its client: an override's, when it has one.
-local function in_force(p)
-  if p.okey then
-    return marks_of().overridden(p.okey, p.key, p.limit, p.window, p.burst)
+-- The policy whose arguments start at argv[a] and keys at keys[k]: its algorithm, the key and
+-- numbers its client is checked by (an override's, when it reads one in force), whether it
+-- reads overrides, its ban's numbers (or nil) with its strikes and ban keys, delay mode's slack
+-- (us, or nil), and where the next policy's arguments and keys begin.
+local function read_policy(argv, keys, a, k)
+  local name, limit, window, burst = argv[a], tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3])
+  local flags, key = tonumber(argv[a + 4]), keys[k]
+  a, k = a + 5, k + 1
+  local overridable = has(flags, OVERRIDES)
+  if overridable then
+    key, limit, window, burst = marks_of().overridden(keys[k], key, limit, window, burst)
+    k = k + 1
   end
-  return p.key, p.limit, p.window, p.burst
+  local ban, skey, bkey, slack = nil, nil, nil, nil
+  if has(flags, BAN) then
+    ban = { tonumber(argv[a]), tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]) }
+    skey, bkey = keys[k], keys[k + 1]
+    a, k = a + 4, k + 2
+  end
+  if has(flags, DELAY) then
+    slack = tonumber(argv[a]) * 1000
+    a = a + 1
+  end
+  return name, key, limit, window, burst, overridable, ban, skey, bkey, slack, a, k
+end
+
+-- Where the arguments and keys after count policies starting at argv[a] and keys[k] begin,
+-- reading nothing from Redis: for a retry answered from memory.
+local function skip_policies(argv, a, k, count)
+  for _ = 1, count do
+    local flags = tonumber(argv[a + 4])
+    a, k = a + 5, k + 1
+    if has(flags, OVERRIDES) then
+      k = k + 1
+    end
+    if has(flags, BAN) then
+      a, k = a + 4, k + 2
+    end
+    if has(flags, DELAY) then
+      a = a + 1
+    end
+  end
+  return a, k
 end

@@ -2,16 +2,17 @@
 -- protocol.lua for the arguments: each request carries its reservation's time, TAKEN_AT). Each
 -- algorithm's refund gives back at most the cost, only to the state the reservation counted in,
 -- never below empty. Reply, per request: how many of its policies gave something back.
-local now_us = clock(ARGV[1])
+local now_us, _ = clock(ARGV[1]), nil
 local out, a, k = {}, 3, 1
 for r = 1, tonumber(ARGV[2]) do
-  local request
-  request, a, k = read_request(ARGV, KEYS, a, k)
+  local cost, count, taken_at
+  cost, count, _, _, taken_at, a = read_header(ARGV, a)
   local refunded = 0
-  for _, p in ipairs(request.policies) do
-    local key, limit, window, burst = in_force(p)
-    local _, _, refund = algorithm(p.algorithm)
-    refunded = refunded + refund(key, limit, window, burst, now_us, request.cost, request.taken_at)
+  for _ = 1, count do
+    local name, key, limit, window, burst
+    name, key, limit, window, burst, _, _, _, _, _, a, k = read_policy(ARGV, KEYS, a, k)
+    local _, _, refund = algorithm(name)
+    refunded = refunded + refund(key, limit, window, burst, now_us, cost, taken_at)
   end
   out[r] = refunded
 end

@@ -125,6 +125,9 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
         if let Some(at_us) = request.taken_at_us {
             args.push(Arg::Int(at_us));
         }
+        if let Some((id, _)) = request.once {
+            keys.push(scheme.once(request.policies, request.client, id));
+        }
         for policy in request.policies {
             let marks = request.marks_of(policy);
             let delay = if policy.max_delay_ms() > 0 { DELAY } else { 0 };
@@ -147,9 +150,6 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             if delay != 0 {
                 args.push(Arg::Int(policy.max_delay_ms()));
             }
-        }
-        if let Some((id, _)) = request.once {
-            keys.push(scheme.once(request.policies, request.client, id));
         }
     }
     Call { keys, args }
