@@ -2,7 +2,6 @@
 //! clock is behind) never admits more: a check stamped before the latest time seen passes only
 //! if a peek at that latest time shows its cost available, and both backends decide alike.
 
-use redlimit::PolicySet;
 use std::collections::HashMap;
 
 use proptest::{
@@ -12,7 +11,7 @@ use proptest::{
 use redlimit::{Algorithm, Decision, Limiter, MemoryBackend, Policy, Timestamp};
 use redlimit_tests::RedisServer;
 
-use crate::support::{T0, at_ms, policy};
+use crate::support::{T0, alone, at_ms, policy};
 
 /// One check: its cost and its time, milliseconds from T0 (any order).
 #[derive(Debug, Clone, Copy)]
@@ -43,12 +42,12 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn decide(limiter: &Limiter, p: &Policy, cost: u64, ms: u64) -> Decision {
     limiter
-        .check(&PolicySet::from(p.clone()), "client")
+        .check(&alone(p), "client")
         .cost(cost)
         .at(at_ms(T0 + ms))
         .await
-        .map(|d| d[0].clone())
-        .expect("a decision")
+        .expect("a decision")[0]
+        .clone()
 }
 
 #[test]
@@ -166,12 +165,12 @@ async fn the_reported_sequences_admit_the_limit_and_no_more() {
             for (cost, ms) in [(5, t + 1), (1, t), (1, t + 2), (1, t), (1, t + 3)] {
                 let at = Timestamp::from_millis(T0 + ms);
                 if limiter
-                    .check(&PolicySet::from(p.clone()), "c")
+                    .check(&alone(&p), "c")
                     .cost(cost)
                     .at(at)
                     .await
-                    .map(|d| d[0].clone())
-                    .expect("check")
+                    .expect("check")[0]
+                    .clone()
                     .allowed
                 {
                     admitted += cost;

@@ -1,7 +1,7 @@
 //! Bans: more than `after` denials within `within` deny a client for a while, on every
 //! instance, doubling on repeats up to a maximum; on Redis and in memory alike.
 
-use redlimit::PolicySet;
+use crate::support::alone;
 use std::{sync::Arc, time::Duration};
 
 use redlimit::{
@@ -33,11 +33,11 @@ fn banning(max: Option<Duration>) -> Policy {
 /// The retry of one check at `at` (ms): `None` when allowed.
 async fn retry_at(limiter: &Limiter, p: &Policy, at: u64) -> Option<u64> {
     let d = limiter
-        .check(&PolicySet::from(p.clone()), "c")
+        .check(&alone(p), "c")
         .at(at_ms(at))
         .await
-        .map(|d| d[0].clone())
-        .expect("check");
+        .expect("check")[0]
+        .clone();
     match d.retry_after {
         None => None,
         Some(RetryAfter::After(wait)) => Some(u64::try_from(wait.as_millis()).expect("small")),
@@ -74,11 +74,11 @@ async fn the_fourth_denial_bans_for_ten_minutes_and_a_repeat_doubles_it() {
             "{backend}"
         );
         let during = limiter
-            .check(&PolicySet::from(p.clone()), "c")
+            .check(&alone(&p), "c")
             .at(at_ms(T0 + 62_000))
             .await
-            .map(|d| d[0].clone())
-            .expect("check");
+            .expect("check")[0]
+            .clone();
         assert!(during.banned && !during.allowed, "{backend}: {during:?}");
         let free = banned_at + 600_000;
         assert_eq!(retry_at(&limiter, &p, free).await, None, "{backend}: over");
@@ -107,11 +107,11 @@ async fn without_a_max_every_ban_lasts_the_same_and_other_clients_are_not_banned
         }
         assert_eq!(last, Some(600_000), "{backend}: not doubled");
         let other = limiter
-            .check(&PolicySet::from(p.clone()), "other")
+            .check(&alone(&p), "other")
             .at(at_ms(T0 + 10))
             .await
-            .map(|d| d[0].clone())
-            .expect("check");
+            .expect("check")[0]
+            .clone();
         assert!(other.allowed, "{backend}");
     }
 }

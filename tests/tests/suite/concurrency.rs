@@ -1,10 +1,9 @@
 //! Atomicity under concurrency: many processes' worth of limiters on one key.
 
-use redlimit::PolicySet;
 use redlimit::{Algorithm, Limiter};
 use redlimit_tests::RedisServer;
 
-use crate::support::{T0, at_ms, policy};
+use crate::support::{T0, alone, at_ms, policy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_limiters_of_sixty_four_tasks_admit_exactly_the_limit() {
@@ -28,11 +27,11 @@ pub(crate) async fn exactly_the_limit(new_limiter: impl Fn() -> Limiter) {
                     for _ in 0..3 {
                         // One explicit instant: nothing refills and no window ends mid-test.
                         let d = limiter
-                            .check(&PolicySet::from(p.clone()), "hot")
+                            .check(&alone(&p), "hot")
                             .at(at_ms(T0))
                             .await
-                            .map(|d| d[0].clone())
-                            .expect("check");
+                            .expect("check")[0]
+                            .clone();
                         admitted += u64::from(d.allowed);
                     }
                     admitted

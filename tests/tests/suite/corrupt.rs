@@ -1,11 +1,10 @@
 //! Corrupt state is an error, never "allowed".
 
 use deadpool_redis::redis;
-use redlimit::PolicySet;
 use redlimit::{Algorithm, ErrorKind};
 use redlimit_tests::RedisServer;
 
-use crate::support::{T0, at_ms, policy};
+use crate::support::{T0, alone, at_ms, policy};
 
 /// Ways to spoil a key, by algorithm: a non-integer value, a missing field, the wrong type.
 fn spoilers(algorithm: Algorithm, key: &str) -> Vec<redis::Cmd> {
@@ -107,7 +106,7 @@ async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
             spoil_with(&mut connection, &key, &spoil);
             for cost in [0, 1] {
                 let result = limiter
-                    .check(&PolicySet::from(p.clone()), "victim")
+                    .check(&alone(&p), "victim")
                     .cost(cost)
                     .at(at_ms(T0 + 10))
                     .await
@@ -122,19 +121,15 @@ async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
             }
             // Server time takes the same path.
             let err = limiter
-                .check(&PolicySet::from(p.clone()), "victim")
+                .check(&alone(&p), "victim")
                 .await
-                .map(|d| d[0].clone())
                 .expect_err("corrupt");
             assert!(err.is_corrupt_state(), "{algorithm}: {err}");
         }
         // A corrupt key spoils only its own client.
         assert!(
-            limiter
-                .check(&PolicySet::from(p.clone()), "bystander")
-                .await
-                .map(|d| d[0].clone())
-                .expect("check")
+            limiter.check(&alone(&p), "bystander").await.expect("check")[0]
+                .clone()
                 .allowed
         );
     }
@@ -158,11 +153,11 @@ async fn opted_in_corrupt_state_is_deleted_counted_and_checked_again() {
             spoil_with(&mut connection, &key, &spoil);
             spoiled += 1;
             let decision = limiter
-                .check(&PolicySet::from(p.clone()), "victim")
+                .check(&alone(&p), "victim")
                 .at(at_ms(T0 + 10))
                 .await
-                .map(|d| d[0].clone())
-                .expect("repaired, then decided");
+                .expect("repaired, then decided")[0]
+                .clone();
             assert!(decision.allowed, "{algorithm}: fresh state admits");
             assert_eq!(
                 decision.remaining, 9,

@@ -23,7 +23,7 @@ use redlimit_tests::{RedisServer, TestClock, http_get, serve};
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_redlimit::{Global, RateLimitLayer};
 
-use crate::support::{T0, at_ms, both_backends};
+use crate::support::{T0, alone, at_ms, both_backends};
 
 /// GCRA, 10 per second, a burst of 10, in delay mode with `max_delay`.
 fn delayed(name: &str, max_delay: Duration) -> Policy {
@@ -46,21 +46,21 @@ async fn slots_are_reserved_one_interval_apart_on_redis_and_in_memory() {
             );
             for i in 0..admitted {
                 let d = limiter
-                    .check(&PolicySet::from(policy.clone()), "c")
+                    .check(&alone(&policy), "c")
                     .at(at_ms(T0))
                     .await
-                    .map(|d| d[0].clone())
-                    .expect("check");
+                    .expect("check")[0]
+                    .clone();
                 assert!(d.allowed, "{backend} {max_delay_ms}: #{i}");
                 let wait = i.saturating_sub(9) * 100;
                 assert_eq!(d.delay, Duration::from_millis(wait), "{backend} #{i}");
             }
             let over = limiter
-                .check(&PolicySet::from(policy.clone()), "c")
+                .check(&alone(&policy), "c")
                 .at(at_ms(T0))
                 .await
-                .map(|d| d[0].clone())
-                .expect("check");
+                .expect("check")[0]
+                .clone();
             assert!(!over.allowed, "{backend} {max_delay_ms}");
             assert_eq!(over.delay, Duration::ZERO);
             assert_eq!(

@@ -1,13 +1,12 @@
 //! Inspect, reset and scan on every topology and on memory: reading writes nothing, resetting
 //! gives a full quota, scanning finds every key.
 
-use redlimit::PolicySet;
 use std::time::Duration;
 
 use redlimit::{Algorithm, Limiter, MemoryBackend, RedisBackend, RetryAfter};
 use redlimit_tests::{RedisCluster, RedisSentinel, RedisServer};
 
-use crate::support::policy;
+use crate::support::{alone, policy};
 
 fn limiter(backend: RedisBackend) -> Limiter {
     Limiter::new(backend)
@@ -22,11 +21,8 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
         let client = "client {1}";
         for _ in 0..2 {
             assert!(
-                limiter
-                    .check(&PolicySet::from(p.clone()), client)
-                    .await
-                    .map(|d| d[0].clone())
-                    .expect("check")
+                limiter.check(&alone(&p), client).await.expect("check")[0]
+                    .clone()
                     .allowed
             );
         }
@@ -45,11 +41,8 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
             assert_eq!(seen.client(), "client%20%7B1%7D", "{what}: the escaped tag");
         }
         assert!(
-            limiter
-                .check(&PolicySet::from(p.clone()), client)
-                .await
-                .map(|d| d[0].clone())
-                .expect("check")
+            limiter.check(&alone(&p), client).await.expect("check")[0]
+                .clone()
                 .allowed
         );
         let full = limiter.inspect(&p, client).await.expect("inspect");
@@ -65,19 +58,13 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
         assert_eq!((fresh.ttl, fresh.state.len()), (None, 0), "{what}");
         let other = policy(algorithm, 4, 60_000, None);
         assert!(
-            limiter
-                .check(&PolicySet::from(other.clone()), client)
-                .await
-                .map(|d| d[0].clone())
-                .expect("check")
+            limiter.check(&alone(&other), client).await.expect("check")[0]
+                .clone()
                 .allowed
         );
         assert!(
-            limiter
-                .check(&PolicySet::from(p.clone()), client)
-                .await
-                .map(|d| d[0].clone())
-                .expect("check")
+            limiter.check(&alone(&p), client).await.expect("check")[0]
+                .clone()
                 .allowed,
             "{what}: counts again from zero"
         );
@@ -121,16 +108,11 @@ async fn a_scan_of_a_cluster_finds_every_key_on_every_primary() {
     for client in 0..300_u64 {
         for _ in 0..=(client % 5) {
             limiter
-                .check(&PolicySet::from(p.clone()), &format!("c{client}"))
+                .check(&alone(&p), &format!("c{client}"))
                 .await
-                .map(|d| d[0].clone())
                 .expect("check");
         }
-        limiter
-            .check(&PolicySet::from(unrelated.clone()), "x")
-            .await
-            .map(|d| d[0].clone())
-            .expect("check");
+        limiter.check(&alone(&unrelated), "x").await.expect("check");
     }
     let scan = limiter.scan(&p, 100).await.expect("scan");
     assert!(scan.complete);

@@ -3,7 +3,7 @@
 use redlimit::{Algorithm, ConfigError, Limiter, PolicySet, Reason};
 use redlimit_tests::RedisServer;
 
-use crate::support::{T0, at_ms, both_backends, policy};
+use crate::support::{T0, alone, at_ms, both_backends, policy};
 
 #[tokio::test]
 async fn first_exhausted_policy_denies_and_nothing_is_consumed() {
@@ -78,11 +78,7 @@ async fn server_time_is_used_by_default() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     let p = policy(Algorithm::FixedWindowAnchored, 2, 60_000, None);
-    let first = limiter
-        .check(&PolicySet::from(p.clone()), "c")
-        .await
-        .map(|d| d[0].clone())
-        .expect("check");
+    let first = limiter.check(&alone(&p), "c").await.expect("check")[0].clone();
     assert_eq!(first.reason, Reason::Redis);
     assert!(first.allowed);
     assert_eq!(first.remaining, 1);

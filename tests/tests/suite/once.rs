@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redlimit::{Algorithm, Limiter, Policy};
 use redlimit_tests::RedisServer;
 
-use crate::support::{both_backends, policy};
+use crate::support::{alone, both_backends, policy};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -33,20 +33,12 @@ async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
             [(true, 2); 5],
             "{backend}: one consumed, the same answer"
         );
-        let plain = limiter
-            .check(&PolicySet::from(p[0].clone()), "c")
-            .await
-            .map(|d| d[0].clone())
-            .expect("check");
+        let plain = limiter.check(&alone(&p[0]), "c").await.expect("check")[0].clone();
         assert_eq!(
             plain.remaining, 1,
             "{backend}: the retries consumed nothing"
         );
-        limiter
-            .check(&PolicySet::from(p[0].clone()), "c")
-            .await
-            .map(|d| d[0].clone())
-            .expect("check");
+        limiter.check(&alone(&p[0]), "c").await.expect("check");
         for _ in 0..3 {
             let denied = limiter
                 .check(

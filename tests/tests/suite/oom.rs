@@ -3,10 +3,9 @@
 
 use deadpool_redis::redis;
 use redlimit::Algorithm;
-use redlimit::PolicySet;
 use redlimit_tests::RedisServer;
 
-use crate::support::{at_ms, policy};
+use crate::support::{alone, at_ms, policy};
 
 /// A key's whole state, to compare before and after.
 fn dump(connection: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
@@ -26,11 +25,8 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
     // Every algorithm has state for "old" before memory runs out.
     for p in &policies {
         assert!(
-            limiter
-                .check(&PolicySet::from(p.clone()), "old")
-                .await
-                .map(|d| d[0].clone())
-                .expect("check")
+            limiter.check(&alone(p), "old").await.expect("check")[0]
+                .clone()
                 .allowed
         );
     }
@@ -41,11 +37,11 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
     let two_hours_ago = redlimit::Timestamp::now().as_micros() / 1000 - 7_200_000;
     assert!(
         limiter
-            .check(&PolicySet::from(log.clone()), "stale")
+            .check(&alone(log), "stale")
             .at(at_ms(two_hours_ago))
             .await
-            .map(|d| d[0].clone())
-            .expect("check")
+            .expect("check")[0]
+            .clone()
             .allowed
     );
     let stale_before = dump(&mut connection, &limiter.keys().key(log, "stale"));
@@ -70,9 +66,8 @@ async fn out_of_memory_no_algorithm_writes_past_the_limit() {
         for client in ["old", "new", "stale"] {
             for _ in 0..5 {
                 let err = limiter
-                    .check(&PolicySet::from(p.clone()), client)
+                    .check(&alone(p), client)
                     .await
-                    .map(|d| d[0].clone())
                     .expect_err("no admission without memory to record it");
                 assert!(err.to_string().contains("OOM"), "{}: {err}", p.name());
             }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redlimit::{Algorithm, ConfigError, ErrorKind, Limiter, Override, Policy};
 use redlimit_tests::{RedisServer, command_calls, commands_sent};
 
-use crate::support::{T0, at_ms, both_backends};
+use crate::support::{T0, alone, at_ms, both_backends};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -26,11 +26,11 @@ async fn admitted(limiter: &Limiter, p: &Policy, client: &str, from: u64, n: u64
     let mut limit = 0;
     for i in 0..n {
         let d = limiter
-            .check(&PolicySet::from(p.clone()), client)
+            .check(&alone(p), client)
             .at(at_ms(T0 + from + i))
             .await
-            .map(|d| d[0].clone())
-            .expect("check");
+            .expect("check")[0]
+            .clone();
         passed += u64::from(d.allowed);
         limit = d.limit;
     }
@@ -170,11 +170,11 @@ async fn overrides_work_with_request_ids_and_refunds() {
             "{backend}: the refund finds the override's key"
         );
         let peek = limiter
-            .check(&PolicySet::from(p[0].clone()), "c")
+            .check(&alone(&p[0]), "c")
             .cost(0)
             .await
-            .map(|d| d[0].clone())
-            .expect("peek");
+            .expect("peek")[0]
+            .clone();
         assert_eq!(peek.remaining, 3, "{backend}");
     }
 }
@@ -239,11 +239,8 @@ async fn inspect_and_reset_see_the_override_in_force() {
             .expect("set");
         for _ in 0..2 {
             assert!(
-                limiter
-                    .check(&PolicySet::from(p.clone()), "c")
-                    .await
-                    .map(|d| d[0].clone())
-                    .expect("check")
+                limiter.check(&alone(&p), "c").await.expect("check")[0]
+                    .clone()
                     .allowed
             );
         }

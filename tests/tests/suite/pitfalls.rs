@@ -7,7 +7,7 @@ use deadpool_redis::redis;
 use redlimit::{Algorithm, Limiter, Timestamp};
 use redlimit_tests::{RedisServer, keys_without_ttl};
 
-use crate::support::{T0, at_ms, policy};
+use crate::support::{T0, alone, at_ms, policy};
 
 fn pttl(connection: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(connection).expect("PTTL")
@@ -29,11 +29,8 @@ async fn fixed_window_ttl_is_set_on_the_first_hit_and_never_extended() {
         let mut last = i64::MAX;
         for hit in 0..5 {
             assert!(
-                limiter
-                    .check(&PolicySet::from(p.clone()), "client")
-                    .await
-                    .map(|d| d[0].clone())
-                    .expect("check")
+                limiter.check(&alone(&p), "client").await.expect("check")[0]
+                    .clone()
                     .allowed
             );
             let ttl = pttl(&mut connection, &key);
@@ -118,7 +115,7 @@ async fn admitted(limiter: &Limiter, p: &redlimit::Policy, at: Timestamp, tries:
     let mut admitted = 0;
     for _ in 0..tries {
         let decision = limiter
-            .check(&PolicySet::from(p.clone()), "c")
+            .check(&alone(p), "c")
             .at(at)
             .await
             .map(|d| d[0].clone());
@@ -166,12 +163,12 @@ async fn sliding_log_never_admits_more_than_the_limit_in_any_window() {
         clock += seed % 120;
         let cost = 1 + (seed >> 20) % 3;
         let d = limiter
-            .check(&PolicySet::from(log.clone()), "c")
+            .check(&alone(&log), "c")
             .cost(cost)
             .at(at_ms(clock))
             .await
-            .map(|d| d[0].clone())
-            .expect("check");
+            .expect("check")[0]
+            .clone();
         if d.allowed {
             admitted_at.extend(std::iter::repeat_n(
                 clock,

@@ -18,7 +18,7 @@ use redlimit_tests::RedisServer;
 use tower::ServiceExt;
 use tower_redlimit::{HeaderKey, RateLimitLayer};
 
-use crate::support::{T0, at_ms, both_backends, policy};
+use crate::support::{T0, alone, at_ms, both_backends, policy};
 
 async fn reserve(limiter: &Limiter, p: &[Policy], at: u64) -> Decisions {
     limiter
@@ -125,12 +125,12 @@ async fn a_refund_gives_back_at_most_what_it_took() {
             .await
             .expect("refund");
         let peek = limiter
-            .check(&PolicySet::from(p[0].clone()), "c")
+            .check(&alone(&p[0]), "c")
             .cost(0)
             .at(at_ms(T0 + 2))
             .await
-            .map(|d| d[0].clone())
-            .expect("peek");
+            .expect("peek")[0]
+            .clone();
         assert_eq!(peek.remaining, 10, "{backend}: the 2 it took, not 100");
         // A plain check is not refundable.
         let plain = limiter
@@ -192,12 +192,12 @@ async fn sixty_four_concurrent_mixed_requests_count_exactly_their_failures() {
                 counted += u64::from(task.await.expect("task"));
             }
             let peek = limiter
-                .check(&PolicySet::from(p[0].clone()), "c")
+                .check(&alone(&p[0]), "c")
                 .cost(0)
                 .at(at_ms(T0 + 100))
                 .await
-                .map(|d| d[0].clone())
-                .expect("peek");
+                .expect("peek")[0]
+                .clone();
             let count = limit - peek.remaining;
             assert_eq!(
                 count, counted,
@@ -283,12 +283,12 @@ async fn a_login_route_counts_only_failed_responses() {
             "{backend}: three failures used the limit"
         );
         let peek = limiter
-            .check(&PolicySet::from(p.clone()), "alice")
+            .check(&alone(&p), "alice")
             .cost(0)
             .at(at_ms(T0))
             .await
-            .map(|d| d[0].clone())
-            .expect("peek");
+            .expect("peek")[0]
+            .clone();
         assert_eq!(peek.remaining, 0, "{backend}");
     }
 }

@@ -7,7 +7,7 @@ use deadpool_redis::redis;
 use redlimit::Algorithm;
 use redlimit_tests::{RedisServer, command_calls, commands_sent};
 
-use crate::support::{T0, at_ms, policy};
+use crate::support::{T0, alone, at_ms, policy};
 
 #[tokio::test]
 async fn a_thousand_checks_cost_at_most_a_thousand_and_ten_commands() {
@@ -65,11 +65,8 @@ async fn a_flushed_script_cache_is_reloaded_on_noscript() {
     let limiter = server.limiter();
     let p = policy(Algorithm::TokenBucket, 3, 60_000, None);
     assert!(
-        limiter
-            .check(&PolicySet::from(p.clone()), "c")
-            .await
-            .map(|d| d[0].clone())
-            .expect("check")
+        limiter.check(&alone(&p), "c").await.expect("check")[0]
+            .clone()
             .allowed
     );
     let mut admin = server.connection();
@@ -78,10 +75,6 @@ async fn a_flushed_script_cache_is_reloaded_on_noscript() {
         .arg("FLUSH")
         .query(&mut admin)
         .expect("SCRIPT FLUSH");
-    let decision = limiter
-        .check(&PolicySet::from(p.clone()), "c")
-        .await
-        .map(|d| d[0].clone())
-        .expect("reloaded");
+    let decision = limiter.check(&alone(&p), "c").await.expect("reloaded")[0].clone();
     assert_eq!(decision.remaining, 1);
 }

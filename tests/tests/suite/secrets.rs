@@ -6,7 +6,7 @@ use std::time::Duration;
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
 use redlimit_tests::{RedisServer, free_port};
 
-use crate::support::{Captured, policy};
+use crate::support::{Captured, alone, policy};
 
 const RIGHT: &str = "right-pass-7f3a";
 const WRONG: &str = "wrong-pass-91c2";
@@ -74,7 +74,6 @@ async fn a_wrong_password_is_logged_once_and_no_password_shows_anywhere() {
             "c",
         )
         .await
-        .map(|d| d[0].clone())
         .expect_err("nothing listens");
     assert_secret_free("a connection error", &format!("{err} {err:?}"));
     assert_secret_free("the log", &logs.text());
@@ -97,11 +96,7 @@ async fn a_pool_the_application_built_carries_its_own_credentials() {
     let allowed: Vec<bool> = {
         let mut allowed = Vec::new();
         for _ in 0..3 {
-            let decision = limiter
-                .check(&PolicySet::from(p.clone()), "c")
-                .await
-                .map(|d| d[0].clone())
-                .expect("decided");
+            let decision = limiter.check(&alone(&p), "c").await.expect("decided")[0].clone();
             assert_eq!(decision.reason, Reason::Redis);
             allowed.push(decision.allowed);
         }

@@ -13,7 +13,8 @@ use axum::{
     routing::get,
 };
 use redlimit::{
-    Algorithm, Decision, GuardedLimiter, Limiter, MemoryBackend, Policy, RetryAfter, Timestamp,
+    Algorithm, Decision, GuardedLimiter, Limiter, MemoryBackend, Policy, PolicySet, RetryAfter,
+    Timestamp,
 };
 use redlimit_tests::RedisServer;
 use tower::ServiceExt;
@@ -21,6 +22,11 @@ use tower_redlimit::{HeaderKey, RateLimitLayer};
 
 /// A start time aligned to 1 s, 10 s and 60 s windows (milliseconds since the epoch).
 pub(crate) const T0: u64 = 1_699_999_980_000;
+
+/// `policy` as a set of its own, for a check of it alone.
+pub(crate) fn alone(policy: &Policy) -> PolicySet {
+    PolicySet::from(policy.clone())
+}
 
 pub(crate) fn policy(
     algorithm: Algorithm,

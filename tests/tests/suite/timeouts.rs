@@ -1,6 +1,5 @@
 //! Every wait is bounded: an unreachable or silent Redis costs at most the time budget.
 
-use redlimit::PolicySet;
 use std::{
     net::TcpListener,
     thread,
@@ -10,7 +9,7 @@ use std::{
 use redlimit::{Algorithm, CircuitBreaker, ErrorKind, GuardedLimiter, Limiter, RedisBackend};
 use redlimit_tests::{RedisServer, free_port};
 
-use crate::support::policy;
+use crate::support::{alone, policy};
 
 const BUDGET: Duration = Duration::from_millis(200);
 /// Scheduling slack on a loaded 2-core machine; the budget is what is being tested.
@@ -40,11 +39,7 @@ async fn a_redis_that_never_answers_costs_the_budget() {
     let p = policy(Algorithm::Gcra, 10, 1_000, None);
     for _ in 0..3 {
         let started = Instant::now();
-        let err = limiter
-            .check(&PolicySet::from(p.clone()), "c")
-            .await
-            .map(|d| d[0].clone())
-            .expect_err("no answer");
+        let err = limiter.check(&alone(&p), "c").await.expect_err("no answer");
         let took = started.elapsed();
         assert!(err.is_timeout(), "{err}");
         assert!(took < BUDGET + MARGIN, "took {took:?}");
@@ -89,9 +84,8 @@ async fn a_redis_that_is_down_fails_fast_and_is_used_again_when_back() {
     let p = policy(Algorithm::FixedWindow, 10, 60_000, None);
     let started = Instant::now();
     let err = limiter
-        .check(&PolicySet::from(p.clone()), "c")
+        .check(&alone(&p), "c")
         .await
-        .map(|d| d[0].clone())
         .expect_err("nothing listens");
     assert!(err.is_backend() || err.is_timeout(), "{err}");
     assert!(started.elapsed() < BUDGET + MARGIN);
@@ -99,10 +93,6 @@ async fn a_redis_that_is_down_fails_fast_and_is_used_again_when_back() {
     // A server appears on that port: the same limiter reaches it without a restart.
     let server = RedisServer::start_on_port(port);
     assert_eq!(server.port(), port);
-    let decision = limiter
-        .check(&PolicySet::from(p.clone()), "c")
-        .await
-        .map(|d| d[0].clone())
-        .expect("redis is back");
+    let decision = limiter.check(&alone(&p), "c").await.expect("redis is back")[0].clone();
     assert!(decision.allowed);
 }

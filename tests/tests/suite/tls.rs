@@ -1,6 +1,5 @@
 //! `rediss://` against a real redis-server with `--tls-port`, certificates made here.
 
-use redlimit::PolicySet;
 use std::{path::PathBuf, time::Duration};
 
 use deadpool_redis::redis;
@@ -8,7 +7,7 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
 use redlimit_tests::{RedisServer, free_port};
 
-use crate::support::policy;
+use crate::support::{alone, policy};
 
 /// A certificate authority and a server certificate for 127.0.0.1 it signed, as PEM files.
 struct Pki {
@@ -86,10 +85,10 @@ async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_fai
     let mut allowed = Vec::new();
     for _ in 0..3 {
         let decision = limiter
-            .check(&PolicySet::from(p.clone()), "over-tls")
+            .check(&alone(&p), "over-tls")
             .await
-            .map(|d| d[0].clone())
-            .expect("decided over TLS");
+            .expect("decided over TLS")[0]
+            .clone();
         assert_eq!(decision.reason, Reason::Redis);
         allowed.push(decision.allowed);
     }

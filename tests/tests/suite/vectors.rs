@@ -2,11 +2,10 @@
 //! real Redis and in memory. Each row: time after T0 (ms), cost, then the expected allowed,
 //! remaining, reset (ms) and retry (ms; -1 allowed, -2 never).
 
-use redlimit::PolicySet;
 use redlimit::{Algorithm, Limiter};
 use redlimit_tests::RedisServer;
 
-use crate::support::{T0, at_ms, both_backends, policy, retry_code};
+use crate::support::{T0, alone, at_ms, both_backends, policy, retry_code};
 
 type Row = (u64, u64, bool, u64, u64, i64);
 
@@ -26,12 +25,12 @@ pub(crate) async fn check_table(limiter: &Limiter, backend: &str, table: &Table)
     let client = format!("{algorithm}-{}-{limit}", table.window_ms);
     for (step, &(t, cost, allowed, remaining, reset, retry)) in table.rows.iter().enumerate() {
         let decision = limiter
-            .check(&PolicySet::from(policy.clone()), &client)
+            .check(&alone(&policy), &client)
             .cost(cost)
             .at(at_ms(T0 + t))
             .await
-            .map(|d| d[0].clone())
-            .expect("check");
+            .expect("check")[0]
+            .clone();
         let got = (
             decision.allowed,
             decision.remaining,
