@@ -212,6 +212,20 @@ async fn sixty_four_concurrent_mixed_requests_count_exactly_their_failures() {
     }
 }
 
+/// Three failed logins an hour, on `limiter` at T0: the policy and its app.
+fn login_route(limiter: &Limiter) -> (Policy, Router) {
+    let p = Policy::builder("login", Algorithm::FixedWindow)
+        .limit(3)
+        .window(Duration::from_secs(3_600))
+        .build()
+        .expect("a policy");
+    let guard = GuardedLimiter::builder(limiter.clone(), p.clone())
+        .budget(Duration::from_secs(5))
+        .clock(Arc::new(|| Timestamp::from_millis(T0)))
+        .build();
+    (p, login_app(guard))
+}
+
 /// `/login` answers the status the request's `x-status` header names; retries of one
 /// `idempotency-key` are counted once.
 fn login_app(guard: GuardedLimiter) -> Router {
@@ -253,16 +267,7 @@ async fn login_once(app: &Router, status: u16, id: Option<&str>) -> StatusCode {
 async fn a_login_route_counts_only_failed_responses() {
     let server = RedisServer::start();
     for (backend, limiter) in both_backends(&server) {
-        let p = Policy::builder("login", Algorithm::FixedWindow)
-            .limit(3)
-            .window(Duration::from_secs(3_600))
-            .build()
-            .expect("a policy");
-        let guard = GuardedLimiter::builder(limiter.clone(), p.clone())
-            .budget(Duration::from_secs(5))
-            .clock(Arc::new(|| Timestamp::from_millis(T0)))
-            .build();
-        let app = login_app(guard);
+        let (p, app) = login_route(&limiter);
         for _ in 0..20 {
             assert_eq!(
                 login(&app, 200).await,
@@ -300,16 +305,7 @@ async fn a_login_route_counts_only_failed_responses() {
 async fn a_retried_login_is_decided_once_and_refunded_once() {
     let server = RedisServer::start();
     for (backend, limiter) in both_backends(&server) {
-        let p = Policy::builder("login", Algorithm::FixedWindow)
-            .limit(3)
-            .window(Duration::from_secs(3_600))
-            .build()
-            .expect("a policy");
-        let guard = GuardedLimiter::builder(limiter.clone(), p.clone())
-            .budget(Duration::from_secs(5))
-            .clock(Arc::new(|| Timestamp::from_millis(T0)))
-            .build();
-        let app = login_app(guard);
+        let (p, app) = login_route(&limiter);
         let set = PolicySet::from(p);
         let remaining = || async {
             let peek = limiter.check(&set, "alice").cost(0).at(at_ms(T0)).await;

@@ -24,17 +24,23 @@ fn limiter(url: String) -> Limiter {
     )
 }
 
-#[tokio::test]
-async fn a_redis_that_never_answers_costs_the_budget() {
-    // Accepts connections and never replies.
+/// A server that accepts up to `connections` and never replies: its URL, and the thread holding
+/// them.
+fn silent_server(connections: usize) -> (String, thread::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("redis://{}", listener.local_addr().expect("address"));
     let holder = thread::spawn(move || {
         let mut held = Vec::new();
-        for stream in listener.incoming().take(16) {
+        for stream in listener.incoming().take(connections) {
             held.push(stream);
         }
     });
+    (url, holder)
+}
+
+#[tokio::test]
+async fn a_redis_that_never_answers_costs_the_budget() {
+    let (url, holder) = silent_server(16);
     let limiter = limiter(url);
     let p = policy(Algorithm::Gcra, 10, 1_000, None);
     for _ in 0..3 {
@@ -51,14 +57,7 @@ async fn a_redis_that_never_answers_costs_the_budget() {
 /// backend's: a Redis that never answers is counted as a timeout, never as a backend error.
 #[tokio::test]
 async fn a_hung_redis_is_always_counted_as_a_timeout() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("redis://{}", listener.local_addr().expect("address"));
-    let holder = thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().take(32) {
-            held.push(stream);
-        }
-    });
+    let (url, holder) = silent_server(32);
     let p = policy(Algorithm::Gcra, 10, 1_000, None);
     for guard_budget in [BUDGET / 2, BUDGET, BUDGET * 2] {
         let guard = GuardedLimiter::builder(limiter(url.clone()), p.clone())
