@@ -227,3 +227,34 @@ async fn through_the_layer_four_instances_never_run_more_than_five_at_once() {
     assert!((1..=5).contains(&most), "{most} in the handler at once");
     assert!(turned_away > 0, "the limit was reached");
 }
+
+/// A lease goes through the guard's circuit as a check does: once failures open it, acquires
+/// are answered by the failure policy without asking the dead backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_circuit_answers_acquires_without_the_backend() {
+    use redlimit::{CircuitBreaker, ErrorKind, FailurePolicy, GuardedLimiter, Reason};
+
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    drop(server);
+    let rate = crate::support::policy(redlimit::Algorithm::Gcra, 10, 1_000, None);
+    let guard = GuardedLimiter::builder(limiter, rate)
+        .failure(FailurePolicy::Open)
+        .budget(Duration::from_secs(5))
+        .circuit_breaker(CircuitBreaker::new(1, Duration::from_secs(600)))
+        .build();
+    let in_flight = policy("in-flight", 2, Duration::from_secs(30));
+    let (first, _) = guard.acquire(&in_flight, "c").await;
+    assert_eq!(first.reason, Reason::FailOpen);
+    let failed =
+        guard.stats().failed(ErrorKind::Backend) + guard.stats().failed(ErrorKind::Timeout);
+    assert_eq!(failed, 1, "the dead backend was asked once");
+    assert!(guard.breaker().is_open(), "one failure opens this circuit");
+    for _ in 0..3 {
+        let (decision, lease) = guard.acquire(&in_flight, "c").await;
+        assert!(decision.allowed && lease.is_none());
+        assert_eq!(decision.reason, Reason::FailOpen);
+    }
+    let after = guard.stats().failed(ErrorKind::Backend) + guard.stats().failed(ErrorKind::Timeout);
+    assert_eq!(after, 1, "an open circuit asked the backend nothing more");
+}

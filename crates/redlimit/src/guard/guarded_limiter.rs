@@ -8,6 +8,7 @@ use tracing::{Instrument, Span, field};
 
 use super::{
     block_cache::Slot,
+    breakers::Breakers,
     builder::{GuardBuilder, Parts},
     error_log::ErrorLog,
     metrics::Metrics,
@@ -91,7 +92,7 @@ struct Guard {
     failure: FailurePolicy,
     /// One circuit, or on a Cluster one per range of slots, so that a dead primary sends only
     /// its own keys to the failure policy.
-    breakers: Arc<[CircuitBreaker]>,
+    breakers: Breakers,
     budget: Duration,
     stats: Arc<Stats>,
     clock: Option<Clock>,
@@ -115,10 +116,7 @@ impl fmt::Debug for GuardedLimiter {
             .field("failure", &guard.failure)
             .field("budget", &guard.budget)
             .field("shadow", &guard.shadow)
-            .field(
-                "circuit_open",
-                &guard.breakers.iter().any(CircuitBreaker::is_open),
-            )
+            .field("circuit_open", &guard.breakers.any_open())
             .finish_non_exhaustive()
     }
 }
@@ -145,7 +143,7 @@ impl GuardedLimiter {
         } = parts;
         let remote = limiter.backend().is_remote();
         let metrics = Arc::new(Metrics::new(&policies, remote, near_share));
-        let breakers = breakers(&limiter, &breaker, &metrics);
+        let breakers = Breakers::new(&limiter, &breaker, &metrics);
         let waiters = Arc::new(waiters(&metrics, max_waiting));
         let blocks = blocks
             .unwrap_or_else(|| {
@@ -207,7 +205,7 @@ impl GuardedLimiter {
 
     /// The circuit breaker; on a Cluster, that of the first of its ranges of slots.
     pub fn breaker(&self) -> &CircuitBreaker {
-        &self.inner.breakers[0]
+        self.inner.breakers.first()
     }
 
     /// Counts a server error (5xx) of the protected service after an allowed check, in
@@ -241,12 +239,18 @@ impl GuardedLimiter {
         policy: &ConcurrencyPolicy,
         client: &str,
     ) -> (Decision, Option<Lease>) {
-        let (decision, lease) = self.acquired(policy, client).await;
         let guard = &*self.inner;
+        let span = guard.span(client, 1);
+        let (decision, lease) = self.acquired(policy, client).instrument(span.clone()).await;
         guard.metrics.acquired(policy, &decision);
+        if !span.is_disabled() {
+            span.record("reason", decision.reason.as_str());
+            span.record("allowed", decision.allowed);
+        }
         if !decision.allowed {
             tracing::debug!(
                 target: "redlimit",
+                parent: &span,
                 policy = %decision.policy,
                 reason = decision.reason.as_str(),
                 retry_after = ?decision.retry_after,
@@ -256,23 +260,35 @@ impl GuardedLimiter {
         (decision, lease)
     }
 
+    /// The lease, through the same circuit, budget and failure policy as a check.
     async fn acquired(
         &self,
         policy: &ConcurrencyPolicy,
         client: &str,
     ) -> (Decision, Option<Lease>) {
         let guard = &*self.inner;
-        let error = match guard
-            .within_budget(guard.limiter.acquire(policy, client))
-            .await
-        {
-            Ok(acquired) => return acquired,
-            Err(error) => error,
-        };
-        guard.count_failed(error.kind());
-        guard.errors.report(&error, &guard.policies);
+        let breaker = guard.breaker(client);
+        // An open circuit answers before the backend is asked, as for a check.
+        if !guard.remote || breaker.permit() {
+            let acquire = guard.limiter.acquire(policy, client);
+            match guard.within_budget(acquire).await {
+                Ok(acquired) => {
+                    if guard.remote {
+                        breaker.record(true);
+                    }
+                    return acquired;
+                }
+                Err(error) => {
+                    if guard.remote {
+                        breaker.record(false);
+                    }
+                    guard.count_failed(error.kind());
+                    guard.errors.report(&error, &guard.policies);
+                }
+            }
+        }
         let name: Arc<str> = policy.name().into();
-        let retry = guard.breakers[0].cooldown().max(Duration::from_secs(1));
+        let retry = guard.retry_when_closed();
         let local = match &guard.failure {
             FailurePolicy::Open => return (Decision::fail_open_of(name, policy.limit()), None),
             FailurePolicy::Closed => {
@@ -470,55 +486,15 @@ impl GuardedLimiter {
     }
 }
 
-/// Ranges of Redis Cluster slots with a circuit each: a Cluster has at most this many primaries
-/// worth telling apart, and a primary's slots are usually one contiguous range.
-#[cfg(feature = "cluster")]
-const SLOT_RANGES: usize = 64;
-
 fn waiters(metrics: &Metrics, max: usize) -> Waiters {
     let (gauge, rejected) = metrics.waiting();
     Waiters::new(max, gauge, rejected)
 }
 
-fn breakers(
-    limiter: &Limiter,
-    settings: &CircuitBreaker,
-    metrics: &Metrics,
-) -> Arc<[CircuitBreaker]> {
-    #[cfg(feature = "cluster")]
-    let ranges = if limiter.backend().is_cluster() {
-        SLOT_RANGES
-    } else {
-        1
-    };
-    #[cfg(not(feature = "cluster"))]
-    let ranges = {
-        let _ = limiter;
-        1
-    };
-    let label = |range: usize| match ranges {
-        1 => "0".to_owned(),
-        _ => format!(
-            "{}-{}",
-            range * 16_384 / ranges,
-            (range + 1) * 16_384 / ranges - 1
-        ),
-    };
-    (0..ranges)
-        .map(|range| settings.fresh(metrics.circuit(label(range))))
-        .collect()
-}
-
 impl Guard {
     /// The circuit that `client`'s keys answer to.
     fn breaker(&self, client: &str) -> &CircuitBreaker {
-        #[cfg(feature = "cluster")]
-        if self.breakers.len() > 1 {
-            let slot = usize::from(self.limiter.keys().slot(client));
-            return &self.breakers[slot * self.breakers.len() / 16_384];
-        }
-        let _ = client;
-        &self.breakers[0]
+        self.breakers.of(&self.limiter, client)
     }
 
     async fn within_budget<T>(
@@ -552,8 +528,13 @@ impl Guard {
         self.finish(decisions.with_error(error), span)
     }
 
+    /// When a client answered closed may try again: once the circuit could have closed.
+    fn retry_when_closed(&self) -> Duration {
+        self.breakers.first().cooldown().max(Duration::from_secs(1))
+    }
+
     fn closed(&self) -> Decisions {
-        let retry = self.breakers[0].cooldown().max(Duration::from_secs(1));
+        let retry = self.retry_when_closed();
         let closed = self
             .policies
             .iter()

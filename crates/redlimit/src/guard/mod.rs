@@ -3,6 +3,7 @@
 //! every outcome. [`GuardedLimiter`] holds them together.
 
 mod block_cache;
+mod breakers;
 mod builder;
 mod check;
 mod circuit_breaker;
