@@ -13,7 +13,7 @@ use redlimit::{ConcurrencyPolicy, Decision, Decisions, Policy, Reason, RetryAfte
 /// ```
 /// use tower_redlimit::HeaderStyle;
 ///
-/// assert_eq!("both".parse::<HeaderStyle>()?, HeaderStyle::Both);
+/// assert_eq!("both".parse::<HeaderStyle>()?, HeaderStyle::IetfAndLegacy);
 /// assert_eq!(HeaderStyle::default(), HeaderStyle::Ietf);
 /// # Ok::<(), redlimit::ConfigError>(())
 /// ```
@@ -25,8 +25,8 @@ pub enum HeaderStyle {
     Ietf,
     /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (seconds).
     Legacy,
-    /// Both.
-    Both,
+    /// Both of the above (`both` in the demo's TOML).
+    IetfAndLegacy,
     /// None (denials still carry `Retry-After`).
     None,
 }
@@ -38,7 +38,7 @@ impl std::str::FromStr for HeaderStyle {
         match s {
             "ietf" => Ok(Self::Ietf),
             "legacy" => Ok(Self::Legacy),
-            "both" => Ok(Self::Both),
+            "both" => Ok(Self::IetfAndLegacy),
             "none" => Ok(Self::None),
             _ => Err(redlimit::ConfigError::UnknownValue {
                 field: "headers",
@@ -116,7 +116,7 @@ pub(crate) fn add(
     {
         return;
     }
-    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
+    if matches!(style, HeaderStyle::Ietf | HeaderStyle::IetfAndLegacy) {
         headers
             .entry(RATELIMIT_POLICY)
             .or_insert_with(|| policy.clone());
@@ -126,7 +126,7 @@ pub(crate) fn add(
             entry.insert(state);
         }
     }
-    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+    if matches!(style, HeaderStyle::Legacy | HeaderStyle::IetfAndLegacy) {
         let d = decisions.most_restrictive();
         headers
             .entry(X_LIMIT)

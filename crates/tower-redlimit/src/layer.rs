@@ -62,7 +62,7 @@ impl Default for MissingKey {
 ///     .failure(FailurePolicy::local())
 ///     .budget(Duration::from_millis(20))
 ///     .build();
-/// let layer = RateLimitLayer::new(guard).headers(HeaderStyle::Both);
+/// let layer = RateLimitLayer::new(guard).headers(HeaderStyle::IetfAndLegacy);
 /// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
 /// # Ok::<(), redlimit::ConfigError>(())
 /// ```

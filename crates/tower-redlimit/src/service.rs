@@ -11,7 +11,8 @@ use crate::{
     runtime::{Admit, Runtime},
 };
 
-/// A service limited by a [`RateLimitLayer`](crate::RateLimitLayer).
+/// A service limited by a [`RateLimitLayer`](crate::RateLimitLayer). (Not to be confused with
+/// the `RateLimit` response header, which [`HeaderStyle`](crate::HeaderStyle) controls.)
 ///
 /// Its responses keep the wrapped service's own type, untouched on the way through: no wrapper
 /// body, no boxing, so it serves wherever the service did (`axum::serve`, tonic, hyper). The

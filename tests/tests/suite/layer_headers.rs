@@ -72,7 +72,7 @@ async fn header_values_on_the_first_nth_and_one_over_the_limit_are_exact() {
         let guard = GuardedLimiter::builder(server.limiter(), p)
             .clock(TestClock::at_millis(T0).clock())
             .build();
-        let layer = RateLimitLayer::new(guard).headers(HeaderStyle::Both);
+        let layer = RateLimitLayer::new(guard).headers(HeaderStyle::IetfAndLegacy);
         let address = serve(app(layer)).await;
         let mut responses = Vec::new();
         for _ in 0..4 {

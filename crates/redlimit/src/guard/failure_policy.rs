@@ -17,7 +17,11 @@ pub enum FailurePolicy {
 }
 
 impl FailurePolicy {
-    /// Falls back to a fresh in-memory limiter with default capacity.
+    /// Falls back to a fresh in-memory limiter with default capacity: the short form of
+    /// `FailurePolicy::Local(Limiter::new(MemoryBackend::default()))`, the usual choice. Build
+    /// the variant yourself only to bound the fallback's memory
+    /// ([`MemoryBackend::builder`](crate::MemoryBackend::builder)) or to share one fallback
+    /// between guards.
     pub fn local() -> Self {
         Self::Local(Limiter::new(MemoryBackend::default()))
     }
