@@ -1,12 +1,6 @@
-use std::{
-    fmt,
-    future::{Future, IntoFuture},
-    pin::Pin,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{fmt, future::Future, pin::Pin, time::Duration};
 
-use crate::{Decisions, Error, PolicySet, Timestamp, backend::Started};
+use crate::{Decisions, PolicySet, Timestamp};
 
 /// One check of a [`PolicySet`] for one client, built as a value and decided when awaited.
 ///
@@ -138,50 +132,6 @@ impl<On> fmt::Debug for CheckRequest<'_, On> {
     }
 }
 
-/// The future of a [`CheckRequest`] on a [`Limiter`](crate::Limiter): decided already when
-/// the backend is in process, else waiting for Redis's answer.
-#[must_use = "a check does nothing unless awaited"]
-pub struct CheckFuture {
-    state: State,
-}
-
-enum State {
-    Ready(Option<Result<Decisions, Error>>),
-    Waiting(Pin<Box<dyn Future<Output = Result<Decisions, Error>> + Send>>),
-}
-
-impl Future for CheckFuture {
-    type Output = Result<Decisions, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.state {
-            State::Ready(decided) => {
-                Poll::Ready(decided.take().expect("a check polled after it was decided"))
-            }
-            State::Waiting(answer) => answer.as_mut().poll(cx),
-        }
-    }
-}
-
-impl fmt::Debug for CheckFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CheckFuture").finish_non_exhaustive()
-    }
-}
-
-impl<'a> IntoFuture for CheckRequest<'a, crate::Limiter> {
-    type Output = Result<Decisions, Error>;
-    type IntoFuture = CheckFuture;
-
-    fn into_future(self) -> CheckFuture {
-        let state = match self.on.start(self.set, self.client, &self.options) {
-            Started::Ready(decided) => State::Ready(Some(decided)),
-            Started::Waiting(answer) => State::Waiting(answer),
-        };
-        CheckFuture { state }
-    }
-}
-
 /// A refund of what an admitted reservation took, decided when awaited: made by
 /// [`Limiter::refund`](crate::Limiter::refund) (awaited: `Result<bool, Error>`) or
 /// [`GuardedLimiter::refund`](crate::GuardedLimiter::refund) (awaited: `bool`); the answer is
@@ -224,12 +174,3 @@ impl<On> fmt::Debug for RefundRequest<'_, On> {
 /// A boxed future of a refund: refunds are rare (only responses that do not count), so one
 /// allocation each costs nothing that matters.
 pub type RefundFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-impl<'a> IntoFuture for RefundRequest<'a, crate::Limiter> {
-    type Output = Result<bool, Error>;
-    type IntoFuture = RefundFuture<'a, Result<bool, Error>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.on.refunded(self.reserved, self.cost, self.at))
-    }
-}

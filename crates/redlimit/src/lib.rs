@@ -174,7 +174,7 @@ mod timestamp;
 pub use self::{
     backend::{Backend, MemoryBackend, MemoryBackendBuilder, RedisBackend, RedisBackendBuilder},
     ban::Ban,
-    check_request::{CheckFuture, CheckRequest, RefundFuture, RefundRequest},
+    check_request::{CheckRequest, RefundFuture, RefundRequest},
     concurrency::{ConcurrencyPolicy, ConcurrencyPolicyBuilder, Lease},
     config_error::ConfigError,
     decision::{Decision, Reason, RetryAfter},
@@ -186,7 +186,7 @@ pub use self::{
     },
     inspection::{Inspection, Scan},
     key::KeyScheme,
-    limiter::Limiter,
+    limiter::{CheckFuture, Limiter},
     overrides::Override,
     policy::{Algorithm, Policy, PolicyBuilder},
     policy_set::PolicySet,

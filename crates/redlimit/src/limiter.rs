@@ -1,8 +1,14 @@
-use std::time::Duration;
+use std::{
+    fmt,
+    future::{Future, IntoFuture},
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use crate::{
     Backend, CheckRequest, ConfigError, Decisions, Error, ErrorKind, KeyScheme, Override, Policy,
-    PolicySet, RefundRequest, Timestamp, backend::Started, check_request::Options,
+    PolicySet, RefundFuture, RefundRequest, Timestamp, backend::Started, check_request::Options,
 };
 
 /// Checks requests against policies, on a [`Backend`].
@@ -232,4 +238,57 @@ fn takes_overrides(policy: &Policy) -> Result<(), Error> {
             policy.name()
         ),
     ))
+}
+
+/// The future of a [`CheckRequest`] on a [`Limiter`](crate::Limiter): decided already when
+/// the backend is in process, else waiting for Redis's answer.
+#[must_use = "a check does nothing unless awaited"]
+pub struct CheckFuture {
+    state: State,
+}
+
+enum State {
+    Ready(Option<Result<Decisions, Error>>),
+    Waiting(Pin<Box<dyn Future<Output = Result<Decisions, Error>> + Send>>),
+}
+
+impl Future for CheckFuture {
+    type Output = Result<Decisions, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.state {
+            State::Ready(decided) => {
+                Poll::Ready(decided.take().expect("a check polled after it was decided"))
+            }
+            State::Waiting(answer) => answer.as_mut().poll(cx),
+        }
+    }
+}
+
+impl fmt::Debug for CheckFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckFuture").finish_non_exhaustive()
+    }
+}
+
+impl<'a> IntoFuture for CheckRequest<'a, Limiter> {
+    type Output = Result<Decisions, Error>;
+    type IntoFuture = CheckFuture;
+
+    fn into_future(self) -> CheckFuture {
+        let state = match self.on.start(self.set, self.client, &self.options) {
+            Started::Ready(decided) => State::Ready(Some(decided)),
+            Started::Waiting(answer) => State::Waiting(answer),
+        };
+        CheckFuture { state }
+    }
+}
+
+impl<'a> IntoFuture for RefundRequest<'a, Limiter> {
+    type Output = Result<bool, Error>;
+    type IntoFuture = RefundFuture<'a, Result<bool, Error>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.on.refunded(self.reserved, self.cost, self.at))
+    }
 }

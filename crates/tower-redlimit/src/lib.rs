@@ -99,6 +99,7 @@ mod future;
 mod headers;
 mod key;
 mod layer;
+mod missing_key;
 mod rejection_body;
 mod response;
 mod runtime;
@@ -112,7 +113,8 @@ pub use self::{
     future::ResponseFuture,
     headers::HeaderStyle,
     key::{Both, ClientIp, ClientIpHeader, Global, HeaderKey, KeyExtractor},
-    layer::{MissingKey, RateLimitLayer},
+    layer::RateLimitLayer,
+    missing_key::MissingKey,
     response::Rejected,
     service::RateLimit,
 };
