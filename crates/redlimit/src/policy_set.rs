@@ -93,12 +93,3 @@ impl Deref for PolicySet {
         &self.policies
     }
 }
-
-impl<'a> IntoIterator for &'a PolicySet {
-    type Item = &'a Policy;
-    type IntoIter = std::slice::Iter<'a, Policy>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.policies.iter()
-    }
-}

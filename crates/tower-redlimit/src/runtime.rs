@@ -352,7 +352,7 @@ impl Runtime {
         // A client with an override sees its own limits.
         if decisions
             .iter()
-            .zip(policies)
+            .zip(policies.iter())
             .any(|(d, p)| d.limit != p.limit())
         {
             let value = policy_value_of(policies, self.concurrency.as_ref(), Some(decisions));

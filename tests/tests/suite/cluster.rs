@@ -1,6 +1,6 @@
 //! The same limiter on a real Redis Cluster (3 primaries, 3 replicas).
 
-use redlimit::PolicySet;
+use crate::support::set_of;
 use std::{
     sync::{
         Arc,
@@ -58,10 +58,7 @@ async fn ten_thousand_clients_spread_over_all_three_primaries() {
     let both = [p, policy(Algorithm::Gcra, 10, 3_600_000, None)];
     for client in 0..10_000 {
         let d = limiter
-            .check(
-                &PolicySet::new(both.iter().cloned()).expect("a valid set"),
-                &format!("client-{client}"),
-            )
+            .check(&set_of(&both), &format!("client-{client}"))
             .at(at_ms(T0))
             .await
             .expect("no CROSSSLOT: both policies of a client share its slot");
@@ -177,10 +174,7 @@ async fn overrides_and_refunds_on_the_cluster() {
         let mut passed = 0;
         for i in 0..4 {
             let d = limiter
-                .check(
-                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                    client,
-                )
+                .check(&set_of(&p), client)
                 .at(at_ms(T0 + i))
                 .await
                 .expect("check");
@@ -202,10 +196,7 @@ async fn overrides_and_refunds_on_the_cluster() {
         );
     }
     let reserved = limiter
-        .check(
-            &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-            "e",
-        )
+        .check(&set_of(&p), "e")
         .reserve()
         .at(at_ms(T0))
         .await

@@ -3,7 +3,7 @@
 use redlimit::{Algorithm, ConfigError, Limiter, PolicySet, Reason};
 use redlimit_tests::RedisServer;
 
-use crate::support::{T0, alone, at_ms, both_backends, policy};
+use crate::support::{T0, alone, at_ms, both_backends, policy, set_of};
 
 #[tokio::test]
 async fn first_exhausted_policy_denies_and_nothing_is_consumed() {
@@ -24,10 +24,7 @@ pub(crate) async fn all_or_nothing(limiter: &Limiter, backend: &str) {
         let both = both.clone();
         async move {
             limiter
-                .check(
-                    &PolicySet::new(both.iter().cloned()).expect("a valid set"),
-                    "client",
-                )
+                .check(&set_of(&both), "client")
                 .cost(cost)
                 .at(at_ms(T0 + t))
                 .await

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redlimit::{Algorithm, Limiter, Policy};
 use redlimit_tests::RedisServer;
 
-use crate::support::{alone, both_backends, policy};
+use crate::support::{alone, both_backends, policy, set_of};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -19,10 +19,7 @@ async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
         let mut seen = Vec::new();
         for _ in 0..5 {
             let d = limiter
-                .check(
-                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                    "c",
-                )
+                .check(&set_of(&p), "c")
                 .once("req-1", HOUR)
                 .await
                 .expect("check");
@@ -41,20 +38,14 @@ async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
         limiter.check(&alone(&p[0]), "c").await.expect("check");
         for _ in 0..3 {
             let denied = limiter
-                .check(
-                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                    "c",
-                )
+                .check(&set_of(&p), "c")
                 .once("req-2", HOUR)
                 .await
                 .expect("check");
             assert!(!denied.allowed(), "{backend}: a denial is remembered too");
         }
         let other = limiter
-            .check(
-                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                "c",
-            )
+            .check(&set_of(&p), "c")
             .once("req-1", HOUR)
             .await
             .expect("check");
@@ -66,10 +57,7 @@ async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
         ];
         for _ in 0..4 {
             let d = limiter
-                .check(
-                    &PolicySet::new(pair.iter().cloned()).expect("a valid set"),
-                    "d",
-                )
+                .check(&set_of(&pair), "d")
                 .once("req-3", HOUR)
                 .await
                 .expect("check");
@@ -85,10 +73,7 @@ async fn after_the_window_the_same_id_counts_again() {
         let p = [policy(Algorithm::FixedWindow, 10, 3_600_000, None)];
         let window = Duration::from_millis(200);
         let first = limiter
-            .check(
-                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                "c",
-            )
+            .check(&set_of(&p), "c")
             .once("r", window)
             .await
             .expect("check");
@@ -96,10 +81,7 @@ async fn after_the_window_the_same_id_counts_again() {
         let started = Instant::now();
         loop {
             let again = limiter
-                .check(
-                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                    "c",
-                )
+                .check(&set_of(&p), "c")
                 .once("r", window)
                 .await
                 .expect("check");

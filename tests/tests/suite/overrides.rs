@@ -1,13 +1,12 @@
 //! Per-client overrides: other numbers for one client, set at run time, read by every instance
 //! in the check's own script call; on Redis and in memory alike.
 
-use redlimit::PolicySet;
 use std::time::Duration;
 
 use redlimit::{Algorithm, ConfigError, ErrorKind, Limiter, Override, Policy};
 use redlimit_tests::{RedisServer, command_calls, commands_sent};
 
-use crate::support::{T0, alone, at_ms, both_backends};
+use crate::support::{T0, alone, at_ms, both_backends, set_of};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -91,10 +90,7 @@ async fn every_instance_sees_an_override_at_once_in_one_command_per_check() {
     ];
     for limiter in [&one, &two] {
         let d = limiter
-            .check(
-                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                "k1",
-            )
+            .check(&set_of(&p), "k1")
             .at(at_ms(T0))
             .await
             .expect("check");
@@ -107,10 +103,7 @@ async fn every_instance_sees_an_override_at_once_in_one_command_per_check() {
     let mut passed = 0;
     for (i, limiter) in [&two, &one, &two, &one].into_iter().enumerate() {
         let d = limiter
-            .check(
-                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                "k1",
-            )
+            .check(&set_of(&p), "k1")
             .at(at_ms(T0 + 1 + i as u64))
             .await
             .expect("check");
@@ -122,10 +115,7 @@ async fn every_instance_sees_an_override_at_once_in_one_command_per_check() {
     assert_eq!(sent.commands, 4, "one command per check");
     two.clear_override(&p[0], "k1").await.expect("clear");
     let d = one
-        .check(
-            &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-            "k1",
-        )
+        .check(&set_of(&p), "k1")
         .at(at_ms(T0 + 10))
         .await
         .expect("check");
@@ -147,20 +137,14 @@ async fn overrides_work_with_request_ids_and_refunds() {
             .expect("set");
         for _ in 0..3 {
             let d = limiter
-                .check(
-                    &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                    "c",
-                )
+                .check(&set_of(&p), "c")
                 .once("req-1", DAY)
                 .await
                 .expect("check");
             assert_eq!((d[0].limit, d[0].remaining), (4, 3), "{backend}");
         }
         let reserved = limiter
-            .check(
-                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                "c",
-            )
+            .check(&set_of(&p), "c")
             .reserve()
             .await
             .expect("reserve");

@@ -5,11 +5,10 @@ use proptest::{
     prelude::*,
     test_runner::{Config, TestRunner},
 };
-use redlimit::PolicySet;
 use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, Timestamp};
 use redlimit_tests::RedisServer;
 
-use crate::support::{T0, policy};
+use crate::support::{T0, policy, set_of};
 
 #[derive(Debug, Clone)]
 struct Step {
@@ -73,27 +72,11 @@ fn run_parity(
                 now += step.advance_us;
                 let client = format!("c{}", step.client);
                 let at = Timestamp::from_micros(now);
+                let set = set_of(&policies);
                 let (on_redis, in_memory) = runtime.block_on(async {
-                    (
-                        redis
-                            .check(
-                                &PolicySet::new(policies.iter().cloned()).expect("a valid set"),
-                                &client,
-                            )
-                            .cost(step.cost)
-                            .at(at)
-                            .await
-                            .expect("redis"),
-                        memory
-                            .check(
-                                &PolicySet::new(policies.iter().cloned()).expect("a valid set"),
-                                &client,
-                            )
-                            .cost(step.cost)
-                            .at(at)
-                            .await
-                            .expect("memory"),
-                    )
+                    let on_redis = redis.check(&set, &client).cost(step.cost).at(at).await;
+                    let in_memory = memory.check(&set, &client).cost(step.cost).at(at).await;
+                    (on_redis.expect("redis"), in_memory.expect("memory"))
                 });
                 for (r, m) in on_redis.iter().zip(&in_memory) {
                     prop_assert_eq!(

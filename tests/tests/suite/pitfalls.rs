@@ -1,13 +1,12 @@
 //! The classic pitfalls of Redis rate limiters: TTL set once, no immortal key, window-boundary bursts.
 
-use redlimit::PolicySet;
 use std::time::Duration;
 
 use deadpool_redis::redis;
 use redlimit::{Algorithm, Limiter, Timestamp};
 use redlimit_tests::{RedisServer, keys_without_ttl};
 
-use crate::support::{T0, alone, at_ms, policy};
+use crate::support::{T0, alone, at_ms, policy, set_of};
 
 fn pttl(connection: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(connection).expect("PTTL")
@@ -86,19 +85,10 @@ async fn no_key_is_ever_left_without_a_ttl() {
             .collect();
         clock += next(400);
         let result = if next(2) == 0 {
-            limiter
-                .check(
-                    &PolicySet::new(chosen.iter().cloned()).expect("a valid set"),
-                    &client,
-                )
-                .cost(cost)
-                .await
+            limiter.check(&set_of(&chosen), &client).cost(cost).await
         } else {
             limiter
-                .check(
-                    &PolicySet::new(chosen.iter().cloned()).expect("a valid set"),
-                    &client,
-                )
+                .check(&set_of(&chosen), &client)
                 .cost(cost)
                 .at(at_ms(clock))
                 .await

@@ -18,14 +18,11 @@ use redlimit_tests::RedisServer;
 use tower::ServiceExt;
 use tower_redlimit::{HeaderKey, RateLimitLayer};
 
-use crate::support::{T0, alone, at_ms, both_backends, policy};
+use crate::support::{T0, alone, at_ms, both_backends, policy, set_of};
 
 async fn reserve(limiter: &Limiter, p: &[Policy], at: u64) -> Decisions {
     limiter
-        .check(
-            &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-            "c",
-        )
+        .check(&set_of(p), "c")
         .reserve()
         .at(at_ms(at))
         .await
@@ -109,10 +106,7 @@ async fn a_refund_gives_back_at_most_what_it_took() {
     for (backend, limiter) in both_backends(&server) {
         let p = [policy(Algorithm::FixedWindow, 10, 60_000, None)];
         let d = limiter
-            .check(
-                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                "c",
-            )
+            .check(&set_of(&p), "c")
             .cost(2)
             .reserve()
             .at(at_ms(T0))
@@ -134,10 +128,7 @@ async fn a_refund_gives_back_at_most_what_it_took() {
         assert_eq!(peek.remaining, 10, "{backend}: the 2 it took, not 100");
         // A plain check is not refundable.
         let plain = limiter
-            .check(
-                &PolicySet::new(p.iter().cloned()).expect("a valid set"),
-                "c",
-            )
+            .check(&set_of(&p), "c")
             .at(at_ms(T0 + 3))
             .await
             .expect("check");

@@ -1,13 +1,12 @@
 //! One Redis command per decision at steady state, counted by the server.
 
-use redlimit::PolicySet;
 use std::collections::HashMap;
 
 use deadpool_redis::redis;
 use redlimit::Algorithm;
 use redlimit_tests::{RedisServer, command_calls, commands_sent};
 
-use crate::support::{T0, alone, at_ms, policy};
+use crate::support::{T0, alone, at_ms, policy, set_of};
 
 #[tokio::test]
 async fn a_thousand_checks_cost_at_most_a_thousand_and_ten_commands() {
@@ -30,19 +29,13 @@ async fn a_thousand_checks_cost_at_most_a_thousand_and_ten_commands() {
         let client = format!("client-{}", i % 37);
         if i % 3 == 0 {
             limiter
-                .check(
-                    &PolicySet::new(chosen.iter().cloned()).expect("a valid set"),
-                    &client,
-                )
+                .check(&set_of(chosen), &client)
                 .await
                 .expect("check");
         } else {
             let at = at_ms(T0 + u64::try_from(i).expect("small"));
             limiter
-                .check(
-                    &PolicySet::new(chosen.iter().cloned()).expect("a valid set"),
-                    &client,
-                )
+                .check(&set_of(chosen), &client)
                 .at(at)
                 .await
                 .expect("check");

@@ -23,6 +23,11 @@ use tower_redlimit::{HeaderKey, RateLimitLayer};
 /// A start time aligned to 1 s, 10 s and 60 s windows (milliseconds since the epoch).
 pub(crate) const T0: u64 = 1_699_999_980_000;
 
+/// `policies`, checked together.
+pub(crate) fn set_of(policies: &[Policy]) -> PolicySet {
+    PolicySet::new(policies.iter().cloned()).expect("a valid set")
+}
+
 /// `policy` as a set of its own, for a check of it alone.
 pub(crate) fn alone(policy: &Policy) -> PolicySet {
     PolicySet::from(policy.clone())
