@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use crate::{
     rejection_body::rejection_body,
-    runtime::{Admission, HeldLease, Refund, Runtime},
+    runtime::{Admission, HeldLease, Refund, Tier},
 };
 
 pin_project! {
@@ -73,7 +73,7 @@ pin_project! {
         Calling {
             #[pin]
             future: S::Future,
-            headers: Option<(Arc<Runtime>, Decisions)>,
+            headers: Option<(Arc<Tier>, Decisions)>,
             // Given back when the response is ready, or when the request is dropped.
             lease: HeldLease,
         },
@@ -102,10 +102,10 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
         lease: HeldLease,
         service: &mut S,
         request: Request<B>,
-        runtime: &Arc<Runtime>,
+        tier: &Arc<Tier>,
     ) -> Self {
         Self {
-            state: decide(decisions, lease, service, request, runtime),
+            state: decide(decisions, lease, service, request, tier),
         }
     }
 
@@ -113,7 +113,7 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
         admission: Admission,
         service: S,
         request: Request<B>,
-        runtime: Arc<Runtime>,
+        tier: Arc<Tier>,
     ) -> Self {
         Self {
             state: State::Admitting {
@@ -121,7 +121,7 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
                 pending: Some(Box::new(Pending {
                     service,
                     request,
-                    runtime,
+                    tier,
                 })),
             },
         }
@@ -150,7 +150,7 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
 struct Pending<S, B> {
     service: S,
     request: Request<B>,
-    runtime: Arc<Runtime>,
+    tier: Arc<Tier>,
 }
 
 /// What a request in delay mode keeps while it waits: its place among the waiters too, given
@@ -158,7 +158,7 @@ struct Pending<S, B> {
 struct Delayed<S, B> {
     service: S,
     request: Request<B>,
-    runtime: Arc<Runtime>,
+    tier: Arc<Tier>,
     decisions: Decisions,
     lease: HeldLease,
     _waiting: Waiting,
@@ -171,20 +171,20 @@ fn decide<S: Service<Request<B>> + Clone, B>(
     lease: HeldLease,
     service: &mut S,
     request: Request<B>,
-    runtime: &Arc<Runtime>,
+    tier: &Arc<Tier>,
 ) -> State<S, B> {
     if !decisions.allowed() {
         return State::Answered {
-            response: Some(runtime.reject(&decisions, request.headers())),
+            response: Some(tier.reject(&decisions, request.headers())),
         };
     }
     let delay = decisions.delay();
     if delay.is_zero() {
-        return call(decisions, lease, service, request, runtime);
+        return call(decisions, lease, service, request, tier);
     }
-    let Some(waiting) = runtime.guard.wait() else {
+    let Some(waiting) = tier.guard.wait() else {
         return State::Answered {
-            response: Some(runtime.waiters_full(&decisions)),
+            response: Some(tier.waiters_full(&decisions)),
         };
     };
     // The service that was polled ready waits with the request; a clone takes its place.
@@ -194,7 +194,7 @@ fn decide<S: Service<Request<B>> + Clone, B>(
         pending: Some(Box::new(Delayed {
             service: std::mem::replace(service, clone),
             request,
-            runtime: Arc::clone(runtime),
+            tier: Arc::clone(tier),
             decisions,
             lease,
             _waiting: waiting,
@@ -209,14 +209,14 @@ fn call<S: Service<Request<B>>, B>(
     lease: HeldLease,
     service: &mut S,
     mut request: Request<B>,
-    runtime: &Arc<Runtime>,
+    tier: &Arc<Tier>,
 ) -> State<S, B> {
     let extensions = request.extensions_mut();
     extensions.insert(decisions.most_restrictive().clone());
     extensions.insert(decisions.clone());
     State::Calling {
         future: service.call(request),
-        headers: Some((Arc::clone(runtime), decisions)),
+        headers: Some((Arc::clone(tier), decisions)),
         lease,
     }
 }
@@ -240,7 +240,7 @@ where
                         lease,
                         &mut pending.service,
                         pending.request,
-                        &pending.runtime,
+                        &pending.tier,
                     );
                     state.set(next);
                 }
@@ -250,12 +250,12 @@ where
                     let Delayed {
                         mut service,
                         request,
-                        runtime,
+                        tier,
                         decisions,
                         lease,
                         ..
                     } = delayed;
-                    state.set(call(decisions, lease, &mut service, request, &runtime));
+                    state.set(call(decisions, lease, &mut service, request, &tier));
                 }
                 StateProj::Calling {
                     future,
@@ -264,12 +264,12 @@ where
                 } => {
                     let mut response = ready!(future.poll(cx))?;
                     drop(lease.take());
-                    if let Some((runtime, decisions)) = headers.take() {
+                    if let Some((tier, decisions)) = headers.take() {
                         if response.status().is_server_error() {
-                            runtime.guard.service_failed();
+                            tier.guard.service_failed();
                         }
-                        runtime.add_headers(response.headers_mut(), &decisions);
-                        if let Some(refund) = runtime.settle(&response, &decisions) {
+                        tier.add_headers(response.headers_mut(), &decisions);
+                        if let Some(refund) = tier.settle(&response, &decisions) {
                             state.set(State::Settling {
                                 refund,
                                 response: Some(response),

@@ -7,7 +7,7 @@ use tower_layer::Layer;
 
 use crate::{
     AccessList, ClientIp, HeaderStyle, KeyExtractor, MissingKey, RateLimit, Rejected,
-    runtime::Runtime,
+    runtime::{ChooseFn, Runtime, Settings},
 };
 
 /// Rate-limits the wrapped service: the layer and its builder.
@@ -41,17 +41,21 @@ use crate::{
 #[derive(Clone)]
 #[must_use]
 pub struct RateLimitLayer {
-    runtime: Arc<Runtime>,
+    settings: Settings,
+    guard: GuardedLimiter,
+    tiers: Vec<GuardedLimiter>,
+    choose: Option<Arc<ChooseFn>>,
 }
 
 impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let runtime = &self.runtime;
+        let settings = &self.settings;
         f.debug_struct("RateLimitLayer")
-            .field("guard", &runtime.guard)
-            .field("headers", &runtime.headers)
-            .field("problem_json", &runtime.problem_json)
-            .field("missing_key", &runtime.missing_key)
+            .field("guard", &self.guard)
+            .field("tiers", &self.tiers.len())
+            .field("headers", &settings.headers)
+            .field("problem_json", &settings.problem_json)
+            .field("missing_key", &settings.missing_key)
             .finish_non_exhaustive()
     }
 }
@@ -61,37 +65,40 @@ impl RateLimitLayer {
     /// allows it, and a denied request consumes from none.
     pub fn new(guard: GuardedLimiter) -> Self {
         Self {
-            runtime: Arc::new(Runtime::new(guard, Arc::new(ClientIp::peer()))),
+            settings: Settings::new(Arc::new(ClientIp::peer())),
+            guard,
+            tiers: Vec::new(),
+            choose: None,
         }
     }
 
-    fn runtime(&mut self) -> &mut Runtime {
-        Arc::make_mut(&mut self.runtime)
+    fn settings(&mut self) -> &mut Settings {
+        &mut self.settings
     }
 
     /// Who is limited. Defaults to [`ClientIp::peer`].
     pub fn key(mut self, key: impl KeyExtractor) -> Self {
-        self.runtime().set_key(Arc::new(key));
+        self.settings().set_key(Arc::new(key));
         self
     }
 
     /// How much a request costs. Defaults to 1 for every request; 0 lets a request through
     /// without consuming.
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
-        self.runtime().cost = Arc::new(cost);
+        self.settings().cost = Arc::new(cost);
         self
     }
 
     /// Which rate-limit headers responses carry. Defaults to [`HeaderStyle::Ietf`].
     pub fn headers(mut self, style: HeaderStyle) -> Self {
-        self.runtime().headers = style;
+        self.settings().headers = style;
         self
     }
 
     /// Whether denials carry an `application/problem+json` body (RFC 9457). Defaults to a
     /// one-line text body.
     pub fn problem_json(mut self, enabled: bool) -> Self {
-        self.runtime().problem_json = enabled;
+        self.settings().problem_json = enabled;
         self
     }
 
@@ -109,7 +116,7 @@ impl RateLimitLayer {
         mut self,
         respond: impl Fn(&Rejected<'_>) -> Response<Bytes> + Send + Sync + 'static,
     ) -> Self {
-        self.runtime().rejection = Some(Arc::new(respond));
+        self.settings().rejection = Some(Arc::new(respond));
         self
     }
 
@@ -137,27 +144,27 @@ impl RateLimitLayer {
     /// # Ok::<(), redlimit::ConfigError>(())
     /// ```
     pub fn concurrency(mut self, policy: ConcurrencyPolicy) -> Self {
-        self.runtime().set_concurrency(policy);
+        self.settings().concurrency = Some(policy);
         self
     }
 
     /// Clients served without any limit and without a backend call (partners, health checkers,
     /// your own offices). The deny list is checked first. Defaults to none.
     pub fn allow(mut self, list: AccessList) -> Self {
-        self.runtime().allow = Some(list);
+        self.settings().allow = Some(list);
         self
     }
 
     /// Clients answered with [`deny_status`](Self::deny_status) (403 by default) without a
     /// backend call and without calling the service. Defaults to none.
     pub fn deny(mut self, list: AccessList) -> Self {
-        self.runtime().deny = Some(list);
+        self.settings().deny = Some(list);
         self
     }
 
     /// The status of a request on the [`deny`](Self::deny) list. Defaults to 403 Forbidden.
     pub fn deny_status(mut self, status: StatusCode) -> Self {
-        self.runtime().deny_status = status;
+        self.settings().deny_status = status;
         self
     }
 
@@ -192,9 +199,8 @@ impl RateLimitLayer {
         tiers: impl IntoIterator<Item = GuardedLimiter>,
         choose: impl Fn(&Parts, &str) -> Option<usize> + Send + Sync + 'static,
     ) -> Self {
-        let runtime = self.runtime();
-        runtime.tier_guards = tiers.into_iter().collect();
-        runtime.choose = Some(Arc::new(choose));
+        self.tiers = tiers.into_iter().collect();
+        self.choose = Some(Arc::new(choose));
         self
     }
 
@@ -205,14 +211,14 @@ impl RateLimitLayer {
     /// [`count_when`](Self::count_when) and [`settle`](Self::settle): a retry is decided once
     /// and its first request refunded once. Defaults to none.
     pub fn idempotency_key(mut self, name: HeaderName) -> Self {
-        self.runtime().idempotency = Some(name);
+        self.settings().idempotency = Some(name);
         self
     }
 
     /// How long [`idempotency_key`](Self::idempotency_key) remembers a request id's first
     /// decision: 1 ms to 24 hours. Defaults to the shortest window of the guard's policies.
     pub fn idempotency_window(mut self, window: Duration) -> Self {
-        self.runtime().once_window = Some(window);
+        self.settings().once_window = Some(window);
         self
     }
 
@@ -254,7 +260,7 @@ impl RateLimitLayer {
         mut self,
         actual: impl Fn(StatusCode, &HeaderMap) -> Option<u64> + Send + Sync + 'static,
     ) -> Self {
-        self.runtime().settle = Some(Arc::new(move |status, headers, reserved| {
+        self.settings().settle = Some(Arc::new(move |status, headers, reserved| {
             actual(status, headers).map_or(reserved, |cost| cost.min(reserved))
         }));
         self
@@ -263,13 +269,13 @@ impl RateLimitLayer {
     /// What to do when the key extractor finds no key. Defaults to [`MissingKey::Reject`]
     /// with 500.
     pub fn missing_key(mut self, missing: MissingKey) -> Self {
-        self.runtime().missing_key = missing;
+        self.settings().missing_key = missing;
         self
     }
 
     /// The guarded limiter: its policies, counters and circuit breaker.
     pub fn guard(&self) -> &GuardedLimiter {
-        &self.runtime.guard
+        &self.guard
     }
 }
 
@@ -277,6 +283,12 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit::new(inner, self.runtime.ready())
+        let runtime = Runtime::new(
+            &self.settings,
+            &self.guard,
+            &self.tiers,
+            self.choose.clone(),
+        );
+        RateLimit::new(inner, Arc::new(runtime))
     }
 }

@@ -1,5 +1,5 @@
-//! What every service of one layer shares while it runs: the guard, the key and cost rules, and
-//! how answers are written.
+//! What every service of one layer shares while it runs: the settings all tiers share (key, cost,
+//! lists, how answers are written), each tier (a guard and its headers), and the admission path.
 
 use std::{
     borrow::Cow,
@@ -26,9 +26,10 @@ pub(crate) type ChooseFn = dyn Fn(&Parts, &str) -> Option<usize> + Send + Sync;
 /// From a response's status and headers and the cost reserved, the cost that stays counted.
 pub(crate) type SettleFn = dyn Fn(StatusCode, &HeaderMap, u64) -> u64 + Send + Sync;
 
+/// The settings every tier of one layer shares: who is limited, what a request costs, the lists,
+/// and how answers are written.
 #[derive(Clone)]
-pub(crate) struct Runtime {
-    pub(crate) guard: GuardedLimiter,
+pub(crate) struct Settings {
     /// In flight at once per key, checked after the rate policies.
     pub(crate) concurrency: Option<ConcurrencyPolicy>,
     key: Arc<dyn KeyExtractor>,
@@ -36,8 +37,6 @@ pub(crate) struct Runtime {
     missing_key_text: Bytes,
     pub(crate) cost: Arc<CostFn>,
     pub(crate) headers: HeaderStyle,
-    /// The `RateLimit-Policy` value, the same on every response.
-    policy_header: HeaderValue,
     pub(crate) problem_json: bool,
     pub(crate) rejection: Option<Arc<RejectionFn>>,
     pub(crate) missing_key: MissingKey,
@@ -46,7 +45,6 @@ pub(crate) struct Runtime {
     /// Answered with `deny_status`, with no backend call and no service call.
     pub(crate) deny: Option<AccessList>,
     pub(crate) deny_status: StatusCode,
-    /// Other guards a request may be limited by, chosen by `choose`.
     /// The header carrying a request id, whose retries are counted once.
     pub(crate) idempotency: Option<HeaderName>,
     /// How long a request id's first decision is remembered; `None`: the shortest window of
@@ -55,10 +53,21 @@ pub(crate) struct Runtime {
     /// Counting by response: checks reserve, and what the response says not to count is
     /// refunded.
     pub(crate) settle: Option<Arc<SettleFn>>,
-    pub(crate) tier_guards: Vec<GuardedLimiter>,
-    pub(crate) choose: Option<Arc<ChooseFn>>,
-    /// A runtime per tier guard, made by [`ready`](Self::ready).
-    tiers: Vec<Arc<Runtime>>,
+}
+
+/// One tier of a layer: its guard, and what responses say of its policies.
+pub(crate) struct Tier {
+    settings: Arc<Settings>,
+    pub(crate) guard: GuardedLimiter,
+    /// The `RateLimit-Policy` value, the same on every response of this tier.
+    policy_header: HeaderValue,
+}
+
+/// What every service of one layer shares while it runs: the tiers (the layer's own guard
+/// first) and how a request's tier is chosen.
+pub(crate) struct Runtime {
+    tiers: Vec<Arc<Tier>>,
+    choose: Option<Arc<ChooseFn>>,
 }
 
 /// What the access lists say of a request.
@@ -69,11 +78,11 @@ enum Listed {
 }
 
 /// What becomes of a request: served unlimited, answered by the layer, or admitted (or not)
-/// by its tier's runtime.
+/// by its tier.
 pub(crate) enum Admit<'a> {
     Pass,
     Answer(Response<Bytes>),
-    Check(Admission, &'a Arc<Runtime>),
+    Check(Admission, &'a Arc<Tier>),
 }
 
 /// A concurrency lease held while the service runs. Boxed: most layers have no concurrency
@@ -114,12 +123,10 @@ impl Future for Admission {
     }
 }
 
-impl Runtime {
-    pub(crate) fn new(guard: GuardedLimiter, key: Arc<dyn KeyExtractor>) -> Self {
+impl Settings {
+    pub(crate) fn new(key: Arc<dyn KeyExtractor>) -> Self {
         Self {
-            policy_header: policy_value(guard.policies(), None),
             concurrency: None,
-            guard,
             missing_key_text: missing_key_text(key.as_ref()),
             key,
             cost: Arc::new(|_: &Parts| 1),
@@ -133,10 +140,13 @@ impl Runtime {
             idempotency: None,
             once_window: None,
             settle: None,
-            tier_guards: Vec::new(),
-            choose: None,
-            tiers: Vec::new(),
         }
+    }
+
+    /// Keys requests by `key`.
+    pub(crate) fn set_key(&mut self, key: Arc<dyn KeyExtractor>) {
+        self.missing_key_text = missing_key_text(key.as_ref());
+        self.key = key;
     }
 
     /// The key of a request after the missing-key rule: `Ok(None)` lets it through unlimited,
@@ -150,77 +160,78 @@ impl Runtime {
         }
     }
 
-    /// The runtime services share, with a runtime of its own per tier (the same settings with
-    /// the tier's guard), made once when the layer wraps a service.
-    pub(crate) fn ready(self: &Arc<Self>) -> Arc<Self> {
-        if self.tier_guards.is_empty() {
-            return Arc::clone(self);
+    /// The deny list first, then the allow list; each counted by `guard`.
+    fn listed(&self, guard: &GuardedLimiter, request: &Parts, key: Option<&str>) -> Listed {
+        if self
+            .deny
+            .as_ref()
+            .is_some_and(|deny| deny.contains(request, key))
+        {
+            guard.listed(false);
+            let mut response = Response::new(Bytes::from_static(b"this client is not allowed\n"));
+            *response.status_mut() = self.deny_status;
+            return Listed::Denied(response);
         }
-        let mut base = Self::clone(self);
-        base.tiers = self
-            .tier_guards
-            .iter()
-            .map(|guard| {
-                let mut tier = Self::clone(self);
-                tier.policy_header = policy_value(guard.policies(), tier.concurrency.as_ref());
-                tier.guard = guard.clone();
-                tier.tier_guards.clear();
-                tier.choose = None;
-                Arc::new(tier)
+        if self
+            .allow
+            .as_ref()
+            .is_some_and(|allow| allow.contains(request, key))
+        {
+            guard.listed(true);
+            return Listed::Allowed;
+        }
+        Listed::Neither
+    }
+
+    /// The answer to a request the key extractor finds no key in: the status of
+    /// [`MissingKey::Reject`], and what the extractor read.
+    fn missing_key_response(&self, status: StatusCode) -> Response<Bytes> {
+        let mut response = Response::new(self.missing_key_text.clone());
+        *response.status_mut() = status;
+        response
+    }
+
+    pub(crate) fn cost_of(&self, parts: &Parts) -> u64 {
+        (self.cost)(parts)
+    }
+}
+
+impl Runtime {
+    /// The runtime of `settings` over `guard` (the layer's own) and the `tiers` that `choose`
+    /// names, each tier's headers written once.
+    pub(crate) fn new(
+        settings: &Settings,
+        guard: &GuardedLimiter,
+        tiers: &[GuardedLimiter],
+        choose: Option<Arc<ChooseFn>>,
+    ) -> Self {
+        let settings = Arc::new(settings.clone());
+        let tier = |guard: &GuardedLimiter| {
+            Arc::new(Tier {
+                policy_header: policy_value(guard.policies(), settings.concurrency.as_ref()),
+                settings: Arc::clone(&settings),
+                guard: guard.clone(),
             })
-            .collect();
-        Arc::new(base)
-    }
-
-    /// The runtime of the tier that `request` with `key` is limited by.
-    fn for_request<'a>(self: &'a Arc<Self>, request: &Parts, key: &str) -> &'a Arc<Self> {
-        self.choose
-            .as_ref()
-            .and_then(|choose| choose(request, key))
-            .and_then(|at| self.tiers.get(at))
-            .unwrap_or(self)
-    }
-
-    /// Keys requests by `key`.
-    pub(crate) fn set_key(&mut self, key: Arc<dyn KeyExtractor>) {
-        self.missing_key_text = missing_key_text(key.as_ref());
-        self.key = key;
-    }
-
-    /// Limits requests in flight per key to `policy` besides the rate policies.
-    pub(crate) fn set_concurrency(&mut self, policy: ConcurrencyPolicy) {
-        self.policy_header = policy_value(self.guard.policies(), Some(&policy));
-        self.concurrency = Some(policy);
-    }
-
-    /// The check of `request` by `key`: counted once per request id when the layer reads one
-    /// and the request carries it, and a reservation when responses settle what counts.
-    fn check(&self, request: &Parts, key: &str) -> Check {
-        let mut check = self.guard.check(key).cost(self.cost_of(request));
-        let id = self
-            .idempotency
-            .as_ref()
-            .and_then(|name| request.headers.get(name)?.to_str().ok())
-            .filter(|id| !id.is_empty());
-        if let Some(id) = id {
-            let window = self.once_window.unwrap_or_else(|| {
-                let windows = self.guard.policies().iter().map(|p| p.window());
-                windows.min().unwrap_or_default()
-            });
-            check = check.once(id, window);
+        };
+        Self {
+            tiers: std::iter::once(guard).chain(tiers).map(tier).collect(),
+            choose,
         }
-        if self.settle.is_some() {
-            check = check.reserve();
-        }
-        check.start()
+    }
+
+    /// The layer's own tier.
+    fn own(&self) -> &Arc<Tier> {
+        &self.tiers[0]
     }
 
     /// What becomes of `request`: the lists, then its key (or the missing-key rule), then its
     /// tier's admission.
-    pub(crate) fn admit<'a>(self: &'a Arc<Self>, request: &Parts) -> Admit<'a> {
-        let key = self.key_of(request);
-        if self.allow.is_some() || self.deny.is_some() {
-            match self.listed(request, key.as_ref().ok().and_then(Option::as_deref)) {
+    pub(crate) fn admit(&self, request: &Parts) -> Admit<'_> {
+        let settings = &self.own().settings;
+        let key = settings.key_of(request);
+        if settings.allow.is_some() || settings.deny.is_some() {
+            let listed_key = key.as_ref().ok().and_then(Option::as_deref);
+            match settings.listed(&self.own().guard, request, listed_key) {
                 Listed::Denied(response) => return Admit::Answer(response),
                 Listed::Allowed => return Admit::Pass,
                 Listed::Neither => {}
@@ -232,14 +243,49 @@ impl Runtime {
                 Admit::Check(tier.admission(request, key), tier)
             }
             Ok(None) => Admit::Pass,
-            Err(status) => Admit::Answer(self.missing_key_response(status)),
+            Err(status) => Admit::Answer(settings.missing_key_response(status)),
         }
+    }
+
+    /// The tier that `request` with `key` is limited by: the one `choose` names, else the
+    /// layer's own.
+    fn for_request(&self, request: &Parts, key: &str) -> &Arc<Tier> {
+        self.choose
+            .as_ref()
+            .and_then(|choose| choose(request, key))
+            .and_then(|at| self.tiers.get(at + 1))
+            .unwrap_or_else(|| self.own())
+    }
+}
+
+impl Tier {
+    /// The check of `request` by `key`: counted once per request id when the layer reads one
+    /// and the request carries it, and a reservation when responses settle what counts.
+    fn check(&self, request: &Parts, key: &str) -> Check {
+        let mut check = self.guard.check(key).cost(self.settings.cost_of(request));
+        let id = self
+            .settings
+            .idempotency
+            .as_ref()
+            .and_then(|name| request.headers.get(name)?.to_str().ok())
+            .filter(|id| !id.is_empty());
+        if let Some(id) = id {
+            let window = self.settings.once_window.unwrap_or_else(|| {
+                let windows = self.guard.policies().iter().map(|p| p.window());
+                windows.min().unwrap_or_default()
+            });
+            check = check.once(id, window);
+        }
+        if self.settings.settle.is_some() {
+            check = check.reserve();
+        }
+        check.start()
     }
 
     /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit.
     fn admission(&self, request: &Parts, key: Cow<'_, str>) -> Admission {
         let check = self.check(request, &key);
-        let Some(policy) = self.concurrency.clone() else {
+        let Some(policy) = self.settings.concurrency.clone() else {
             return Admission::Check(check);
         };
         let (guard, key) = (self.guard.clone(), key.into_owned());
@@ -264,48 +310,13 @@ impl Runtime {
         response: &Response<B>,
         decisions: &Decisions,
     ) -> Option<Refund> {
-        let (settle, reserved) = (self.settle.as_ref()?, decisions.refundable()?);
+        let (settle, reserved) = (self.settings.settle.as_ref()?, decisions.refundable()?);
         let keep = settle(response.status(), response.headers(), reserved);
         let give_back = reserved.checked_sub(keep).filter(|&n| n > 0)?;
         let (guard, decisions) = (self.guard.clone(), decisions.clone());
         Some(Box::pin(async move {
             guard.refund(&decisions, give_back).await;
         }))
-    }
-
-    /// The deny list first, then the allow list; each counted by the guard.
-    fn listed(&self, request: &Parts, key: Option<&str>) -> Listed {
-        if self
-            .deny
-            .as_ref()
-            .is_some_and(|deny| deny.contains(request, key))
-        {
-            self.guard.listed(false);
-            let mut response = Response::new(Bytes::from_static(b"this client is not allowed\n"));
-            *response.status_mut() = self.deny_status;
-            return Listed::Denied(response);
-        }
-        if self
-            .allow
-            .as_ref()
-            .is_some_and(|allow| allow.contains(request, key))
-        {
-            self.guard.listed(true);
-            return Listed::Allowed;
-        }
-        Listed::Neither
-    }
-
-    /// The answer to a request the key extractor finds no key in: the status of
-    /// [`MissingKey::Reject`], and what the extractor read.
-    fn missing_key_response(&self, status: StatusCode) -> Response<Bytes> {
-        let mut response = Response::new(self.missing_key_text.clone());
-        *response.status_mut() = status;
-        response
-    }
-
-    pub(crate) fn cost_of(&self, parts: &Parts) -> u64 {
-        (self.cost)(parts)
     }
 
     /// The response to a denied request, with `Retry-After` and the rate-limit headers; in
@@ -315,9 +326,9 @@ impl Runtime {
             .get(header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         let rejected = Rejected { decisions, grpc };
-        let mut response = match &self.rejection {
+        let mut response = match &self.settings.rejection {
             Some(respond) => respond(&rejected),
-            None => default_response(&rejected, self.problem_json),
+            None => default_response(&rejected, self.settings.problem_json),
         };
         if let Some(secs) = rejected.retry_after_secs() {
             response
@@ -355,10 +366,19 @@ impl Runtime {
             .zip(policies.iter())
             .any(|(d, p)| d.limit != p.limit())
         {
-            let value = policy_value_of(policies, self.concurrency.as_ref(), Some(decisions));
-            return headers::add(response, self.headers, &value, decisions);
+            let value = policy_value_of(
+                policies,
+                self.settings.concurrency.as_ref(),
+                Some(decisions),
+            );
+            return headers::add(response, self.settings.headers, &value, decisions);
         }
-        headers::add(response, self.headers, &self.policy_header, decisions);
+        headers::add(
+            response,
+            self.settings.headers,
+            &self.policy_header,
+            decisions,
+        );
     }
 }
 

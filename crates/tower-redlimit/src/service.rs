@@ -53,7 +53,6 @@ impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("guard", &self.runtime.guard)
             .finish_non_exhaustive()
     }
 }
@@ -94,27 +93,27 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let (admission, runtime) = match self.runtime.admit(&parts) {
+        let (admission, tier) = match self.runtime.admit(&parts) {
             Admit::Pass => {
                 let request = Request::from_parts(parts, body);
                 return ResponseFuture::pass(self.inner.call(request));
             }
             Admit::Answer(response) => return ResponseFuture::ready(response),
-            Admit::Check(admission, runtime) => (admission, runtime),
+            Admit::Check(admission, tier) => (admission, tier),
         };
         let request = Request::from_parts(parts, body);
         match admission.into_ready() {
             // Memory, a local block, an open circuit: the ready service is called (or not) now,
             // with no clone and no future kept.
             Ok((decisions, lease)) => {
-                ResponseFuture::decided(decisions, lease, &mut self.inner, request, runtime)
+                ResponseFuture::decided(decisions, lease, &mut self.inner, request, tier)
             }
             Err(waiting) => {
                 // The call waits for Redis. The clone may not be ready: keep the one that is
                 // for the future, leave the clone in its place.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::admitting(waiting, ready, request, Arc::clone(runtime))
+                ResponseFuture::admitting(waiting, ready, request, Arc::clone(tier))
             }
         }
     }
