@@ -118,29 +118,32 @@ impl Backend {
                 Started::Ready(Ok(stamp(decisions, options, set, client, taken_at_us)))
             }
             Self::Redis(redis) => {
-                let redis = redis.clone();
-                let (keys, set) = (keys.clone(), set.clone());
-                let once = options
-                    .once
-                    .map(|(id, window_ms)| (id.to_owned(), window_ms));
+                // Encoded here, so the future owns only what the reply needs.
+                let request = Request {
+                    cost,
+                    once: options.once,
+                    reserve: options.reserve,
+                    ..Request::new(set, client)
+                };
+                let now_us = options.at.map(Timestamp::as_micros);
+                let call = protocol::encode(keys, now_us, &[request]);
+                let (redis, set) = (redis.clone(), set.clone());
                 let options = Options {
                     once: None,
                     ..*options
                 };
-                let client = client.to_owned();
+                // Only a reservation keeps its client, for the refund.
+                let client = if options.reserve {
+                    client.to_owned()
+                } else {
+                    String::new()
+                };
                 Started::Waiting(Box::pin(async move {
                     let request = Request {
-                        cost,
-                        once: once
-                            .as_ref()
-                            .map(|(id, window_ms)| (id.as_str(), *window_ms)),
                         reserve: options.reserve,
-                        ..Request::new(&set, &client)
+                        ..Request::new(&set, "")
                     };
-                    let now_us = options.at.map(Timestamp::as_micros);
-                    let replies = redis
-                        .check(&keys, &[request], now_us, options.budget)
-                        .await?;
+                    let replies = redis.check(call, &[request], options.budget).await?;
                     let reply = replies
                         .into_iter()
                         .next()

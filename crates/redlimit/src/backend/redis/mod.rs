@@ -32,7 +32,7 @@ use self::{
     scripts::{Script, Scripts},
     url::check_url,
 };
-use crate::{ConfigError, Error, ErrorKind, KeyScheme, backend::answer::Inspected, redacted_url};
+use crate::{ConfigError, Error, ErrorKind, backend::answer::Inspected, redacted_url};
 
 /// The Redis backend, through a deadpool-redis pool: a standalone server
 /// ([`builder`](Self::builder)), a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`)
@@ -194,17 +194,16 @@ impl RedisBackend {
         self.inner.pools.is_cluster()
     }
 
-    /// Checks `requests` in one call at `now_us` (else Redis's time), within `budget` (else
-    /// the backend's): each request's reply.
+    /// Checks `requests` by `call`, their encoding ([`protocol::encode`]), within `budget`
+    /// (else the backend's): each request's reply. The requests choose the script and read the
+    /// reply; their clients are not read again.
     pub(crate) async fn check(
         &self,
-        scheme: &KeyScheme,
+        call: Call,
         requests: &[Request<'_>],
-        now_us: Option<u64>,
         budget: Option<Duration>,
     ) -> Result<Vec<Reply>, Error> {
         let inner = &self.inner;
-        let call = protocol::encode(scheme, now_us, requests);
         let attempt = async {
             let (mut conn, generation) = self.connection().await?;
             let script = inner.scripts.check(requests);
