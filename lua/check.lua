@@ -18,7 +18,9 @@ for _ = 1, tonumber(ARGV[2]) do
     reply = seen_before(idem)
   end
   if reply then
-    a, k = skip_policies(ARGV, a, k, count)
+    for _ = 1, count do
+      _, _, _, _, _, _, _, _, _, _, a, k = read_policy(ARGV, KEYS, a, k, true)
+    end
   else
     now_us = now_us or clock(ARGV[1])
     -- limits: the limit in force of each policy that takes overrides, made at the first.

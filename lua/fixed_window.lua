@@ -52,7 +52,7 @@ local function fixed_window_take(key, limit, window, burst, now_us, cost, start,
 end
 
 -- Counts in the window holding at_us: a newer window owes the reservation nothing.
-local function fixed_window_refund(key, limit, window, burst, now_us, cost, at_us)
+local fixed_window_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
   local at = div(at_us, 1000)
   local start, n = ints(key, redis.call('HMGET', key, 's', 'n'))
   if start == nil or at < start or at >= start + window or n == 0 then

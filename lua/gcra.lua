@@ -38,7 +38,7 @@ local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, inter
 end
 
 -- Moves the TAT back by cost intervals, never before now: a TAT already past owes nothing.
-local function gcra_refund(key, limit, window, burst, now_us, cost, at_us)
+local gcra_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
   local tat = int(key, redis.call('GET', key))
   if tat == nil or tat <= now_us then
     return 0

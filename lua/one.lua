@@ -3,7 +3,7 @@
 -- (1/0), remaining, reset (ms), retry (ms), then for a reservation the time it was taken at
 -- (us; 0 for a retry, which took nothing).
 local cost, flags, a = tonumber(ARGV[3]), tonumber(ARGV[5]), 6
-local once, reserve = has(flags, ONCE), has(flags, RESERVE)
+local once, reserve = flags % (2 * ONCE) >= ONCE, flags % (2 * RESERVE) >= RESERVE
 local key, idem, window_once = KEYS[1], nil, nil
 if once then
   idem, key, window_once = KEYS[1], KEYS[2], ARGV[a]
@@ -16,7 +16,7 @@ end
 local limit, window, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
 -- Delay mode: the longest delay (ms) follows the policy's flags.
 local slack = nil
-if has(tonumber(ARGV[a + 4]), DELAY) then
+if tonumber(ARGV[a + 4]) % (2 * DELAY) >= DELAY then
   slack = tonumber(ARGV[a + 5]) * 1000
 end
 local now_us = clock(ARGV[1])

@@ -12,7 +12,9 @@
 --     consuming cost, which decide admitted.
 --   refund(key, limit, window_ms, burst, now_us, cost, at_us) -> 1 when it gave back (at most
 --     cost, only to the state a reservation taken at at_us counted in, never below empty), else 0.
--- GCRA's decide takes a seventh parameter, the slack (us) of delay mode.
+-- GCRA's decide takes a seventh parameter, the slack (us) of delay mode. refund is made only in
+-- a script that gives back (REFUNDS, set by the line that starts it): every function defined
+-- at the top is made again at every run, and the others never call it.
 --
 -- All arithmetic is on integers below 2^53, where Lua's doubles are exact. redis.call turns a
 -- number argument into its exact decimal (%.17g); Lua's own conversion, as in `..`, keeps only 14
@@ -20,7 +22,9 @@
 -- as corrupt state: no pcall on the hot path.
 
 local NEVER = -2
--- The protocol's flags (see protocol.lua): a request's, then a policy's.
+-- The protocol's flags (see protocol.lua): a request's, then a policy's. Flags holds flag when
+-- flags % (2 * flag) >= flag: Redis's Lua has no bit operators, and a call per test would cost
+-- more than the arithmetic.
 local ONCE, RESERVE, TAKEN_AT = 1, 2, 4
 local OVERRIDES, BAN, DELAY = 1, 2, 4
 -- Globals read once per script run, not at every use.
@@ -49,10 +53,6 @@ local function ints(key, reply)
     corrupt(key, 'is missing a field')
   end
   return a, b, c
-end
-
-local function has(flags, flag)
-  return flags % (2 * flag) >= flag
 end
 
 local function str(n)

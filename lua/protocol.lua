@@ -17,58 +17,42 @@ local function read_header(argv, a)
   local cost, count, flags = tonumber(argv[a]), tonumber(argv[a + 1]), tonumber(argv[a + 2])
   a = a + 3
   local once_window, taken_at = nil, nil
-  if has(flags, ONCE) then
+  if flags % (2 * ONCE) >= ONCE then
     once_window = argv[a]
     a = a + 1
   end
-  if has(flags, TAKEN_AT) then
+  if flags % (2 * TAKEN_AT) >= TAKEN_AT then
     taken_at = tonumber(argv[a])
     a = a + 1
   end
-  return cost, count, has(flags, RESERVE), once_window, taken_at, a
+  return cost, count, flags % (2 * RESERVE) >= RESERVE, once_window, taken_at, a
 end
 
 -- The policy whose arguments start at argv[a] and keys at keys[k]: its algorithm, the key and
 -- numbers its client is checked by (an override's, when it reads one in force), whether it
 -- reads overrides, its ban's numbers (or nil) with its strikes and ban keys, delay mode's slack
--- (us, or nil), and where the next policy's arguments and keys begin.
-local function read_policy(argv, keys, a, k)
+-- (us, or nil), and where the next policy's arguments and keys begin. With skip, only where the
+-- next begins, reading nothing from Redis (a retry answered from memory).
+local function read_policy(argv, keys, a, k, skip)
   local name, limit, window, burst = argv[a], tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3])
   local flags, key = tonumber(argv[a + 4]), keys[k]
   a, k = a + 5, k + 1
-  local overridable = has(flags, OVERRIDES)
+  local overridable = flags % (2 * OVERRIDES) >= OVERRIDES
   if overridable then
-    key, limit, window, burst = marks_of().overridden(keys[k], key, limit, window, burst)
+    if not skip then
+      key, limit, window, burst = marks_of().overridden(keys[k], key, limit, window, burst)
+    end
     k = k + 1
   end
   local ban, skey, bkey, slack = nil, nil, nil, nil
-  if has(flags, BAN) then
+  if flags % (2 * BAN) >= BAN then
     ban = { tonumber(argv[a]), tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]) }
     skey, bkey = keys[k], keys[k + 1]
     a, k = a + 4, k + 2
   end
-  if has(flags, DELAY) then
+  if flags % (2 * DELAY) >= DELAY then
     slack = tonumber(argv[a]) * 1000
     a = a + 1
   end
   return name, key, limit, window, burst, overridable, ban, skey, bkey, slack, a, k
-end
-
--- Where the arguments and keys after count policies starting at argv[a] and keys[k] begin,
--- reading nothing from Redis: for a retry answered from memory.
-local function skip_policies(argv, a, k, count)
-  for _ = 1, count do
-    local flags = tonumber(argv[a + 4])
-    a, k = a + 5, k + 1
-    if has(flags, OVERRIDES) then
-      k = k + 1
-    end
-    if has(flags, BAN) then
-      a, k = a + 4, k + 2
-    end
-    if has(flags, DELAY) then
-      a = a + 1
-    end
-  end
-  return a, k
 end

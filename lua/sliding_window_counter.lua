@@ -74,7 +74,7 @@ local function sliding_window_counter_take(key, limit, window, burst, now_us, co
 end
 
 -- Counts in the window holding at_us, current or (since then) previous.
-local function sliding_window_counter_refund(key, limit, window, burst, now_us, cost, at_us)
+local sliding_window_counter_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
   local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
   local index = div(div(at_us, 1000), window)
   if stored == index and c > 0 then

@@ -54,7 +54,7 @@ local function sliding_window_log_take(key, limit, window, burst, now_us, cost, 
 end
 
 -- Removes up to cost entries stamped with the reservation's time.
-local function sliding_window_log_refund(key, limit, window, burst, now_us, cost, at_us)
+local sliding_window_log_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
   local at = div(at_us, 1000)
   local entries = redis.call('ZRANGEBYSCORE', key, at, at, 'LIMIT', 0, cost)
   if #entries == 0 then

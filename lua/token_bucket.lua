@@ -36,7 +36,7 @@ local function token_bucket_take(key, rate, window, burst, now_us, cost, left, l
 end
 
 -- Puts cost tokens back, never above the capacity.
-local function token_bucket_refund(key, limit, window, burst, now_us, cost, at_us)
+local token_bucket_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
   local tokens = ints(key, redis.call('HMGET', key, 't', 'l'))
   if tokens == nil then
     return 0

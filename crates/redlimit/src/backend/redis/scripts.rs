@@ -10,6 +10,7 @@ use crate::{Algorithm, Policy};
 macro_rules! one {
     ($file:literal, $decide:literal, $take:literal) => {
         concat!(
+            "local REFUNDS = false\n",
             include_str!("../../../lua/prelude.lua"),
             include_str!(concat!("../../../lua/", $file)),
             "local decide, take = ",
@@ -46,11 +47,14 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
     }
 }
 
-/// The prelude, every algorithm and their dispatch by name, overrides and bans, the protocol's
-/// readers, then `$entry`.
+/// The prelude, every algorithm (with its refund when `$refunds`) and their dispatch by name,
+/// overrides and bans, the protocol's readers, then `$entry`.
 macro_rules! every {
-    ($entry:literal) => {
+    ($refunds:literal, $entry:literal) => {
         concat!(
+            "local REFUNDS = ",
+            $refunds,
+            "\n",
             include_str!("../../../lua/prelude.lua"),
             include_str!("../../../lua/fixed_window.lua"),
             include_str!("../../../lua/sliding_window_log.lua"),
@@ -66,13 +70,13 @@ macro_rules! every {
 }
 
 /// The Lua source of the script checking any requests of any policies.
-pub(crate) const CHECK: &str = every!("check.lua");
+pub(crate) const CHECK: &str = every!("false", "check.lua");
 
 /// The Lua source of the script inspecting one policy's key without writing.
-const INSPECT: &str = every!("inspect.lua");
+const INSPECT: &str = every!("false", "inspect.lua");
 
 /// The Lua source of the script giving back what reservations took.
-const REFUND: &str = every!("refund.lua");
+const REFUND: &str = every!("true", "refund.lua");
 
 /// The Lua source of the script that acquires a concurrency lease.
 const ACQUIRE: &str = concat!(
