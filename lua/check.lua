@@ -7,7 +7,8 @@
 -- by a policy that bans counts towards a ban.
 
 local now_us, _ = nil, nil
-local out, a, k = {}, 3, 1
+-- out: every request's reply; the first request's own, so a lone request copies nothing.
+local out, a, k = nil, 3, 1
 for _ = 1, tonumber(ARGV[2]) do
   local cost, count, reserve, once_window
   cost, count, reserve, once_window, _, a = read_header(ARGV, a)
@@ -75,8 +76,12 @@ for _ = 1, tonumber(ARGV[2]) do
       reply[#reply] = now_us
     end
   end
-  for i = 1, #reply do
-    out[#out + 1] = reply[i]
+  if out == nil then
+    out = reply
+  else
+    for i = 1, #reply do
+      out[#out + 1] = reply[i]
+    end
   end
 end
 return out
