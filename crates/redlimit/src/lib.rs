@@ -182,7 +182,7 @@ pub use self::{
     error::{Error, ErrorKind},
     guard::{
         BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardBuilder, GuardedLimiter,
-        Stats, Waiting,
+        Stats,
     },
     inspection::{Inspection, Scan},
     key::KeyScheme,

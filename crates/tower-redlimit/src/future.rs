@@ -8,12 +8,13 @@ use std::{
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use redlimit::{Decisions, Waiting};
+use redlimit::Decisions;
 use tower_service::Service;
 
 use crate::{
     rejection_body::rejection_body,
     runtime::{Admission, HeldLease, Refund, Tier},
+    waiting_room::Waiting,
 };
 
 pin_project! {
@@ -182,7 +183,7 @@ fn decide<S: Service<Request<B>> + Clone, B>(
     if delay.is_zero() {
         return call(decisions, lease, service, request, tier);
     }
-    let Some(waiting) = tier.guard.wait() else {
+    let Some(waiting) = tier.wait() else {
         return State::Answered {
             response: Some(tier.waiters_full(&decisions)),
         };

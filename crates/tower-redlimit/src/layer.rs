@@ -8,6 +8,7 @@ use tower_layer::Layer;
 use crate::{
     AccessList, ClientIp, HeaderStyle, KeyExtractor, MissingKey, RateLimit, Rejected,
     runtime::{ChooseFn, Runtime, Settings},
+    waiting_room::Waiters,
 };
 
 /// Rate-limits the wrapped service: the layer and its builder.
@@ -65,7 +66,7 @@ impl RateLimitLayer {
     /// allows it, and a denied request consumes from none.
     pub fn new(guard: GuardedLimiter) -> Self {
         Self {
-            settings: Settings::new(Arc::new(ClientIp::peer())),
+            settings: Settings::new(Arc::new(ClientIp::peer()), &guard),
             guard,
             tiers: Vec::new(),
             choose: None,
@@ -264,6 +265,21 @@ impl RateLimitLayer {
             actual(status, headers).map_or(reserved, |cost| cost.min(reserved))
         }));
         self
+    }
+
+    /// Delay mode: the most requests of this layer that may wait for their slot at once (a
+    /// semaphore); over it a request is answered 429 with `Retry-After`, its slot still
+    /// counted. Their series: the gauge `redlimit_waiting` and the counter
+    /// `redlimit_delay_rejected_total`, labelled by the guard's policy names. Defaults to
+    /// 1,024.
+    pub fn max_waiting(mut self, max: usize) -> Self {
+        self.settings.waiters = Arc::new(Waiters::new(max, &self.guard));
+        self
+    }
+
+    /// Delay mode: how many requests of this layer hold a place to wait now.
+    pub fn waiting(&self) -> usize {
+        self.settings.waiters.count()
     }
 
     /// What to do when the key extractor finds no key. Defaults to [`MissingKey::Reject`]

@@ -57,7 +57,7 @@
 //! - **Delay mode.** For a GCRA policy with
 //!   [`max_delay`](redlimit::PolicyBuilder::max_delay), a request whose slot is reserved in
 //!   the future waits for it (at most the guard's
-//!   [`max_waiting`](redlimit::GuardBuilder::max_waiting) at once, else 429), then is
+//!   [`max_waiting`](RateLimitLayer::max_waiting) at once, else 429), then is
 //!   served; a waiter whose client goes away is dropped at once.
 //! - **Per request.** [`tiers`](RateLimitLayer::tiers) choose a guard by the request and its
 //!   key (an API key's plan); [`idempotency_key`](RateLimitLayer::idempotency_key) counts a
@@ -104,6 +104,7 @@ mod rejection_body;
 mod response;
 mod runtime;
 mod service;
+mod waiting_room;
 
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]

@@ -18,7 +18,11 @@ use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
     headers::{self, policy_value, policy_value_of, seconds_up},
     response::{Rejected, default_response},
+    waiting_room::{Waiters, Waiting},
 };
+
+/// Delay mode: the most requests of one layer waiting for their slot at once, by default.
+const DEFAULT_MAX_WAITING: usize = 1_024;
 
 pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 pub(crate) type RejectionFn = dyn Fn(&Rejected<'_>) -> Response<Bytes> + Send + Sync;
@@ -53,6 +57,8 @@ pub(crate) struct Settings {
     /// Counting by response: checks reserve, and what the response says not to count is
     /// refunded.
     pub(crate) settle: Option<Arc<SettleFn>>,
+    /// Delay mode: the requests waiting for their slot, bounded; one room for the whole layer.
+    pub(crate) waiters: Arc<Waiters>,
 }
 
 /// One tier of a layer: its guard, and what responses say of its policies.
@@ -124,8 +130,10 @@ impl Future for Admission {
 }
 
 impl Settings {
-    pub(crate) fn new(key: Arc<dyn KeyExtractor>) -> Self {
+    /// The defaults for a layer of `guard` (whose policy names label the waiting room's series).
+    pub(crate) fn new(key: Arc<dyn KeyExtractor>, guard: &GuardedLimiter) -> Self {
         Self {
+            waiters: Arc::new(Waiters::new(DEFAULT_MAX_WAITING, guard)),
             concurrency: None,
             missing_key_text: missing_key_text(key.as_ref()),
             key,
@@ -259,6 +267,12 @@ impl Runtime {
 }
 
 impl Tier {
+    /// Delay mode: a place to wait for the slot the check reserved, held until dropped; `None`
+    /// when every place is taken.
+    pub(crate) fn wait(&self) -> Option<Waiting> {
+        self.settings.waiters.enter()
+    }
+
     /// The check of `request` by `key`: counted once per request id when the layer reads one
     /// and the request carries it, and a reservation when responses settle what counts.
     fn check(&self, request: &Parts, key: &str) -> Check {

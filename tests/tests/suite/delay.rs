@@ -225,16 +225,15 @@ async fn waiters_whose_clients_go_away_stop_at_once_and_are_never_served() {
         .max_delay(Duration::from_secs(3_600))
         .build()
         .expect("valid");
-    let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy)
-        .max_waiting(100)
-        .build();
+    let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), policy).build();
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&calls);
     let inner = service_fn(move |_: Request<()>| {
         counted.fetch_add(1, Ordering::SeqCst);
         async { Ok::<_, Infallible>(Response::new(Bytes::new())) }
     });
-    let mut service = RateLimitLayer::new(guard.clone()).key(Global).layer(inner);
+    let layer = RateLimitLayer::new(guard).key(Global).max_waiting(100);
+    let mut service = layer.layer(inner);
     let first = service
         .ready()
         .await
@@ -254,7 +253,7 @@ async fn waiters_whose_clients_go_away_stop_at_once_and_are_never_served() {
         std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_pending())).await;
         waiting.push(future);
     }
-    assert_eq!(guard.waiting(), 100);
+    assert_eq!(layer.waiting(), 100);
     let full = service
         .ready()
         .await
@@ -268,7 +267,7 @@ async fn waiters_whose_clients_go_away_stop_at_once_and_are_never_served() {
     let gone = Instant::now();
     drop(waiting);
     let took = gone.elapsed();
-    assert_eq!(guard.waiting(), 0, "dropping a waiter gives its place back");
+    assert_eq!(layer.waiting(), 0, "dropping a waiter gives its place back");
     assert_eq!(
         calls.load(Ordering::SeqCst),
         1,

@@ -40,7 +40,6 @@ pub(super) struct Parts {
     /// `None`: the default for the policies.
     pub(super) blocks: Option<Option<BlockCache>>,
     pub(super) clock: Option<Clock>,
-    pub(super) max_waiting: usize,
 }
 
 impl fmt::Debug for GuardBuilder {
@@ -68,7 +67,6 @@ impl GuardBuilder {
                 near_share: 0.2,
                 blocks: None,
                 clock: None,
-                max_waiting: 1_024,
             },
         }
     }
@@ -113,14 +111,6 @@ impl GuardBuilder {
     /// down) is counted as `near_limit` in the metrics instead of `allowed`. Defaults to 0.2.
     pub fn near_limit(mut self, share: f64) -> Self {
         self.parts.near_share = share;
-        self
-    }
-
-    /// Delay mode: the most requests that may wait for their slot at once in this guard (a
-    /// semaphore); over it, [`GuardedLimiter::wait`] finds no place and the request is turned
-    /// away (the tower layer answers 429). Defaults to 1,024.
-    pub fn max_waiting(mut self, max: usize) -> Self {
-        self.parts.max_waiting = max;
         self
     }
 

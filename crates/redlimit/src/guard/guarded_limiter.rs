@@ -12,12 +12,11 @@ use super::{
     builder::{GuardBuilder, Parts},
     error_log::ErrorLog,
     metrics::Metrics,
-    waiting::Waiters,
 };
 use crate::{
     BlockCache, Check, CheckRequest, CircuitBreaker, ConcurrencyPolicy, Decision, Decisions, Error,
     ErrorKind, FailurePolicy, Lease, Limiter, Policy, PolicySet, Reason, RefundFuture,
-    RefundRequest, Stats, Timestamp, Waiting, backend::Started, check_request::Options, client_id,
+    RefundRequest, Stats, Timestamp, backend::Started, check_request::Options, client_id,
 };
 
 /// A source of explicit check times, for tests and replays; see [`GuardBuilder::clock`].
@@ -65,8 +64,6 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 /// | `redlimit_circuit_open` | gauge | `policy`, `circuit` | 1 while a circuit is open, else 0; `circuit` is `0`, or a Cluster's slot range such as `0-255` |
 /// | `redlimit_listed_total` | counter | `policy`, `list` | requests on the layer's `allow` or `deny` list |
 /// | `redlimit_delayed_total` | counter | `policy` | delay mode: requests admitted to wait for their slot |
-/// | `redlimit_delay_rejected_total` | counter | `policy` | delay mode: requests with no place left to wait |
-/// | `redlimit_waiting` | gauge | `policy` | delay mode: requests waiting now |
 ///
 /// `policy` is the policy's name on decisions, and the guard's policy names joined by `+` on
 /// the series of a whole check.
@@ -104,8 +101,6 @@ struct Guard {
     metrics: Arc<Metrics>,
     /// Dry run: a denial is reported and counted, and the request passes.
     shadow: bool,
-    /// Delay mode: the requests waiting for their slot, bounded.
-    waiters: Arc<Waiters>,
 }
 
 impl fmt::Debug for GuardedLimiter {
@@ -139,12 +134,10 @@ impl GuardedLimiter {
             near_share,
             blocks,
             clock,
-            max_waiting,
         } = parts;
         let remote = limiter.backend().is_remote();
         let metrics = Arc::new(Metrics::new(&policies, remote, near_share));
         let breakers = Breakers::new(&limiter, &breaker, &metrics);
-        let waiters = Arc::new(waiters(&metrics, max_waiting));
         let blocks = blocks
             .unwrap_or_else(|| {
                 // A local block would outlast an override that lifts it: overridable policies
@@ -171,21 +164,8 @@ impl GuardedLimiter {
                 errors: Arc::default(),
                 metrics,
                 shadow,
-                waiters,
             }),
         }
-    }
-
-    /// Delay mode: a place to wait for the slot that [`Decisions::delay`] reserved, held until
-    /// dropped; `None` when [`max_waiting`](GuardBuilder::max_waiting) requests already wait. The slot
-    /// stays reserved (and counted) whether or not the request is then served.
-    pub fn wait(&self) -> Option<Waiting> {
-        self.inner.waiters.enter()
-    }
-
-    /// Delay mode: how many requests hold a place to wait now.
-    pub fn waiting(&self) -> usize {
-        self.inner.waiters.count()
     }
 
     /// The policies, in order.
@@ -484,11 +464,6 @@ impl GuardedLimiter {
             }
         }
     }
-}
-
-fn waiters(metrics: &Metrics, max: usize) -> Waiters {
-    let (gauge, rejected) = metrics.waiting();
-    Waiters::new(max, gauge, rejected)
 }
 
 impl Guard {

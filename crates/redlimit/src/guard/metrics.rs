@@ -28,10 +28,6 @@ pub(crate) const CIRCUIT_OPEN: &str = "redlimit_circuit_open";
 pub(crate) const LISTED: &str = "redlimit_listed_total";
 /// Delay mode: requests admitted to wait for their slot.
 pub(crate) const DELAYED: &str = "redlimit_delayed_total";
-/// Delay mode: requests turned away because every place to wait was taken.
-pub(crate) const DELAY_REJECTED: &str = "redlimit_delay_rejected_total";
-/// Delay mode: requests waiting now.
-pub(crate) const WAITING: &str = "redlimit_waiting";
 
 /// How a decision is counted: exactly one of these per policy per check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,15 +261,6 @@ impl Metrics {
         self.delayed.increment(1);
     }
 
-    /// The gauge of waiting requests and the counter of those turned away.
-    pub(crate) fn waiting(&self) -> (Gauge, Counter) {
-        let label = self.label.to_string();
-        (
-            gauge!(WAITING, "policy" => label.clone()),
-            counter!(DELAY_REJECTED, "policy" => label),
-        )
-    }
-
     pub(crate) fn service_failed(&self) {
         self.service_failures.increment(1);
     }
@@ -313,11 +300,6 @@ fn describe() {
         LISTED,
         "Requests on the allow or deny list, decided without a backend call"
     );
-    describe_counter!(
-        DELAY_REJECTED,
-        "Requests turned away in delay mode because every place to wait was taken"
-    );
-    describe_gauge!(WAITING, "Requests waiting for their slot now (delay mode)");
 }
 
 /// `floor(limit × share)`, in `0..=limit`.

@@ -14,7 +14,6 @@ mod metrics;
 mod stats;
 #[cfg(test)]
 mod tests;
-mod waiting;
 
 pub use self::{
     block_cache::BlockCache,
@@ -24,5 +23,4 @@ pub use self::{
     failure_policy::FailurePolicy,
     guarded_limiter::{Clock, GuardedLimiter},
     stats::Stats,
-    waiting::Waiting,
 };
