@@ -267,7 +267,7 @@ where
                     drop(lease.take());
                     if let Some((tier, decisions)) = headers.take() {
                         if response.status().is_server_error() {
-                            tier.guard.service_failed();
+                            tier.series.service_failed();
                         }
                         tier.add_headers(response.headers_mut(), &decisions);
                         if let Some(refund) = tier.settle(&response, &decisions) {

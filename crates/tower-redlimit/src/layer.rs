@@ -7,7 +7,8 @@ use tower_layer::Layer;
 
 use crate::{
     AccessList, ClientIp, HeaderStyle, KeyExtractor, MissingKey, RateLimit, Rejected,
-    runtime::{ChooseFn, Runtime, Settings},
+    http_metrics::HttpSeries,
+    runtime::{ChooseFn, Guarded, Runtime, Settings},
     waiting_room::Waiters,
 };
 
@@ -43,8 +44,8 @@ use crate::{
 #[must_use]
 pub struct RateLimitLayer {
     settings: Settings,
-    guard: GuardedLimiter,
-    tiers: Vec<GuardedLimiter>,
+    guard: Guarded,
+    tiers: Vec<Guarded>,
     choose: Option<Arc<ChooseFn>>,
 }
 
@@ -52,7 +53,7 @@ impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let settings = &self.settings;
         f.debug_struct("RateLimitLayer")
-            .field("guard", &self.guard)
+            .field("guard", &self.guard.0)
             .field("tiers", &self.tiers.len())
             .field("headers", &settings.headers)
             .field("problem_json", &settings.problem_json)
@@ -67,7 +68,7 @@ impl RateLimitLayer {
     pub fn new(guard: GuardedLimiter) -> Self {
         Self {
             settings: Settings::new(Arc::new(ClientIp::peer()), &guard),
-            guard,
+            guard: guarded(guard),
             tiers: Vec::new(),
             choose: None,
         }
@@ -200,7 +201,7 @@ impl RateLimitLayer {
         tiers: impl IntoIterator<Item = GuardedLimiter>,
         choose: impl Fn(&Parts, &str) -> Option<usize> + Send + Sync + 'static,
     ) -> Self {
-        self.tiers = tiers.into_iter().collect();
+        self.tiers = tiers.into_iter().map(guarded).collect();
         self.choose = Some(Arc::new(choose));
         self
     }
@@ -273,7 +274,7 @@ impl RateLimitLayer {
     /// `redlimit_delay_rejected_total`, labelled by the guard's policy names. Defaults to
     /// 1,024.
     pub fn max_waiting(mut self, max: usize) -> Self {
-        self.settings.waiters = Arc::new(Waiters::new(max, &self.guard));
+        self.settings.waiters = Arc::new(Waiters::new(max, &self.guard.0));
         self
     }
 
@@ -291,7 +292,7 @@ impl RateLimitLayer {
 
     /// The guarded limiter: its policies, counters and circuit breaker.
     pub fn guard(&self) -> &GuardedLimiter {
-        &self.guard
+        &self.guard.0
     }
 }
 
@@ -307,4 +308,10 @@ impl<S> Layer<S> for RateLimitLayer {
         );
         RateLimit::new(inner, Arc::new(runtime))
     }
+}
+
+/// `guard` with its HTTP series, registered with the recorder in force now.
+fn guarded(guard: GuardedLimiter) -> Guarded {
+    let series = Arc::new(HttpSeries::new(&guard));
+    (guard, series)
 }

@@ -64,9 +64,11 @@
 //!   retried request once; [`count_when`](RateLimitLayer::count_when) and
 //!   [`settle`](RateLimitLayer::settle) count by the response (failed logins only, or a cost the
 //!   response reports), giving back a reservation before the response is sent.
-//! - **Counts.** A `5xx` from the service after an allowed check is counted by
-//!   [`GuardedLimiter::service_failed`](redlimit::GuardedLimiter::service_failed), beside the
-//!   guard's decisions (see its metrics).
+//! - **Counts.** The layer counts what only the HTTP side sees, through the `metrics` facade
+//!   with the recorder in force when it is given a guard: `redlimit_service_failures_total`
+//!   (a `5xx` from the service after an allowed check), `redlimit_listed_total` (requests on
+//!   a list), and in delay mode `redlimit_waiting` and `redlimit_delay_rejected_total`;
+//!   beside the guard's decisions (see its metrics).
 //!
 //! Responses keep the service's own body type: any `Default` body works (axum's, tonic's,
 //! `Full<Bytes>`, boxed bodies, tower-http's compression body), in front of a router or behind
@@ -97,6 +99,7 @@ struct ReadmeDoctests;
 mod access_list;
 mod future;
 mod headers;
+mod http_metrics;
 mod key;
 mod layer;
 mod missing_key;

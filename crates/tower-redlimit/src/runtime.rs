@@ -17,6 +17,7 @@ use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
 use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
     headers::{self, policy_value, policy_value_of, seconds_up},
+    http_metrics::HttpSeries,
     response::{Rejected, default_response},
     waiting_room::{Waiters, Waiting},
 };
@@ -65,9 +66,14 @@ pub(crate) struct Settings {
 pub(crate) struct Tier {
     settings: Arc<Settings>,
     pub(crate) guard: GuardedLimiter,
+    /// What the HTTP side counts of this tier.
+    pub(crate) series: Arc<HttpSeries>,
     /// The `RateLimit-Policy` value, the same on every response of this tier.
     policy_header: HeaderValue,
 }
+
+/// A guard and its HTTP series, registered when the layer was given it.
+pub(crate) type Guarded = (GuardedLimiter, Arc<HttpSeries>);
 
 /// What every service of one layer shares while it runs: the tiers (the layer's own guard
 /// first) and how a request's tier is chosen.
@@ -168,14 +174,14 @@ impl Settings {
         }
     }
 
-    /// The deny list first, then the allow list; each counted by `guard`.
-    fn listed(&self, guard: &GuardedLimiter, request: &Parts, key: Option<&str>) -> Listed {
+    /// The deny list first, then the allow list; each counted in `series`.
+    fn listed(&self, series: &HttpSeries, request: &Parts, key: Option<&str>) -> Listed {
         if self
             .deny
             .as_ref()
             .is_some_and(|deny| deny.contains(request, key))
         {
-            guard.listed(false);
+            series.listed(false);
             let mut response = Response::new(Bytes::from_static(b"this client is not allowed\n"));
             *response.status_mut() = self.deny_status;
             return Listed::Denied(response);
@@ -185,7 +191,7 @@ impl Settings {
             .as_ref()
             .is_some_and(|allow| allow.contains(request, key))
         {
-            guard.listed(true);
+            series.listed(true);
             return Listed::Allowed;
         }
         Listed::Neither
@@ -209,15 +215,16 @@ impl Runtime {
     /// names, each tier's headers written once.
     pub(crate) fn new(
         settings: &Settings,
-        guard: &GuardedLimiter,
-        tiers: &[GuardedLimiter],
+        guard: &Guarded,
+        tiers: &[Guarded],
         choose: Option<Arc<ChooseFn>>,
     ) -> Self {
         let settings = Arc::new(settings.clone());
-        let tier = |guard: &GuardedLimiter| {
+        let tier = |(guard, series): &Guarded| {
             Arc::new(Tier {
                 policy_header: policy_value(guard.policies(), settings.concurrency.as_ref()),
                 settings: Arc::clone(&settings),
+                series: Arc::clone(series),
                 guard: guard.clone(),
             })
         };
@@ -239,7 +246,7 @@ impl Runtime {
         let key = settings.key_of(request);
         if settings.allow.is_some() || settings.deny.is_some() {
             let listed_key = key.as_ref().ok().and_then(Option::as_deref);
-            match settings.listed(&self.own().guard, request, listed_key) {
+            match settings.listed(&self.own().series, request, listed_key) {
                 Listed::Denied(response) => return Admit::Answer(response),
                 Listed::Allowed => return Admit::Pass,
                 Listed::Neither => {}

@@ -78,16 +78,13 @@ async fn an_allowed_network_sends_1000_requests_with_no_redis_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_key_gets_403_with_no_redis_command_and_no_service_call() {
     let server = RedisServer::start();
-    let (guard, snapshotter) = recorded(|| {
-        GuardedLimiter::builder(
-            server.limiter(),
-            policy(Algorithm::Gcra, 5, 3_600_000, None),
-        )
-        .build()
+    // The layer counts the lists: built under the recorder.
+    let (layer, snapshotter) = recorded(|| {
+        let limit = policy(Algorithm::Gcra, 5, 3_600_000, None);
+        RateLimitLayer::new(GuardedLimiter::builder(server.limiter(), limit).build())
+            .key(HeaderKey::new("x-api-key").expect("a header"))
+            .deny(AccessList::new(["key:stolen", "192.0.2.0/24"]).expect("a valid list"))
     });
-    let layer = RateLimitLayer::new(guard)
-        .key(HeaderKey::new("x-api-key").expect("a header"))
-        .deny(AccessList::new(["key:stolen", "192.0.2.0/24"]).expect("a valid list"));
     let calls = Arc::new(AtomicUsize::new(0));
     let address = app(layer, &calls).await;
     // The first check connects and loads the script: not what is measured.

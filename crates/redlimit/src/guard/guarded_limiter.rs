@@ -59,10 +59,8 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 /// |---|---|---|---|
 /// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](GuardBuilder::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through; also one per [`acquire`](Self::acquire), under the concurrency policy's name |
 /// | `redlimit_backend_errors_total` | counter | `policy`, `kind` | checks whose backend failed, by [`ErrorKind::as_str`] |
-/// | `redlimit_service_failures_total` | counter | `policy` | see [`service_failed`](Self::service_failed) |
 /// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |
 /// | `redlimit_circuit_open` | gauge | `policy`, `circuit` | 1 while a circuit is open, else 0; `circuit` is `0`, or a Cluster's slot range such as `0-255` |
-/// | `redlimit_listed_total` | counter | `policy`, `list` | requests on the layer's `allow` or `deny` list |
 /// | `redlimit_delayed_total` | counter | `policy` | delay mode: requests admitted to wait for their slot |
 ///
 /// `policy` is the policy's name on decisions, and the guard's policy names joined by `+` on
@@ -186,21 +184,6 @@ impl GuardedLimiter {
     /// The circuit breaker; on a Cluster, that of the first of its ranges of slots.
     pub fn breaker(&self) -> &CircuitBreaker {
         self.inner.breakers.first()
-    }
-
-    /// Counts a server error (5xx) of the protected service after an allowed check, in
-    /// [`Stats::service_failures`] and `redlimit_service_failures_total`: the limiter's own view
-    /// of "the handler failed" beside "the limiter said no". The tower layer calls it.
-    pub fn service_failed(&self) {
-        self.inner.stats.count_service_failure();
-        self.inner.metrics.service_failed();
-    }
-
-    /// Counts a request that an allow list (`allowed`) or a deny list let through or turned
-    /// away without a check, in `redlimit_listed_total{list="allow"|"deny"}`. The tower layer
-    /// calls it.
-    pub fn listed(&self, allowed: bool) {
-        self.inner.metrics.listed(allowed);
     }
 
     /// Whether the guard is in shadow (dry-run) mode; see [`shadow`](GuardBuilder::shadow).

@@ -18,14 +18,10 @@ use crate::{ConcurrencyPolicy, Decision, ErrorKind, Policy, Reason};
 pub(crate) const DECISIONS: &str = "redlimit_decisions_total";
 /// Checks that the backend failed, by kind.
 pub(crate) const BACKEND_ERRORS: &str = "redlimit_backend_errors_total";
-/// 5xx responses of the protected service after an allowed check.
-pub(crate) const SERVICE_FAILURES: &str = "redlimit_service_failures_total";
 /// The backend's round trip of a check, in seconds.
 pub(crate) const CHECK_DURATION: &str = "redlimit_check_duration_seconds";
 /// Whether a circuit is open (1) or closed (0).
 pub(crate) const CIRCUIT_OPEN: &str = "redlimit_circuit_open";
-/// Requests on an allow or deny list, decided without a backend call.
-pub(crate) const LISTED: &str = "redlimit_listed_total";
 /// Delay mode: requests admitted to wait for their slot.
 pub(crate) const DELAYED: &str = "redlimit_delayed_total";
 
@@ -160,10 +156,7 @@ impl PolicySeries {
 pub(crate) struct Metrics {
     policies: Vec<PolicySeries>,
     errors: [Counter; ErrorKind::COUNT],
-    service_failures: Counter,
     delayed: Counter,
-    /// On the allow list, on the deny list.
-    listed: [Counter; 2],
     duration: Histogram,
     /// The `policy` label of series about a whole check: the guard's names joined by `+`.
     label: Arc<str>,
@@ -199,10 +192,7 @@ impl Metrics {
             errors: KINDS.map(
                 |kind| counter!(BACKEND_ERRORS, "policy" => guard.clone(), "kind" => kind.as_str()),
             ),
-            service_failures: counter!(SERVICE_FAILURES, "policy" => guard.clone()),
             delayed: counter!(DELAYED, "policy" => guard.clone()),
-            listed: ["allow", "deny"]
-                .map(|list| counter!(LISTED, "policy" => guard.clone(), "list" => list)),
             duration: histogram!(CHECK_DURATION, "policy" => guard),
             label,
             concurrency: Mutex::new(Vec::new()),
@@ -253,16 +243,8 @@ impl Metrics {
         self.errors[kind.index()].increment(1);
     }
 
-    pub(crate) fn listed(&self, allowed: bool) {
-        self.listed[usize::from(!allowed)].increment(1);
-    }
-
     pub(crate) fn delayed(&self) {
         self.delayed.increment(1);
-    }
-
-    pub(crate) fn service_failed(&self) {
-        self.service_failures.increment(1);
     }
 
     pub(crate) fn round_trip(&self, took: Duration) {
@@ -282,10 +264,6 @@ fn describe() {
         "Decisions by policy, outcome (allowed, near_limit, limited, banned) and reason (the path that decided)"
     );
     describe_counter!(BACKEND_ERRORS, "Checks whose backend failed, by kind");
-    describe_counter!(
-        SERVICE_FAILURES,
-        "Server errors (5xx) of the protected service after an allowed check"
-    );
     describe_histogram!(
         CHECK_DURATION,
         Unit::Seconds,
@@ -295,10 +273,6 @@ fn describe() {
     describe_counter!(
         DELAYED,
         "Requests admitted in delay mode to wait for their slot"
-    );
-    describe_counter!(
-        LISTED,
-        "Requests on the allow or deny list, decided without a backend call"
     );
 }
 

@@ -8,7 +8,6 @@ use crate::{ErrorKind, Reason};
 pub struct Stats {
     reasons: [AtomicU64; Reason::COUNT],
     errors: [AtomicU64; ErrorKind::COUNT],
-    service_failures: AtomicU64,
 }
 
 impl Stats {
@@ -20,16 +19,6 @@ impl Stats {
     /// How many checks met an error of `kind`.
     pub fn failed(&self, kind: ErrorKind) -> u64 {
         self.errors[kind.index()].load(Ordering::Relaxed)
-    }
-
-    /// How many responses of the protected service were server errors (5xx) after an allowed
-    /// check; see [`GuardedLimiter::service_failed`](crate::GuardedLimiter::service_failed).
-    pub fn service_failures(&self) -> u64 {
-        self.service_failures.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn count_service_failure(&self) {
-        self.service_failures.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_decided(&self, reason: Reason) {
