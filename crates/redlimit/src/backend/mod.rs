@@ -70,100 +70,9 @@ impl Backend {
         client: &str,
         options: &Options<'_>,
     ) -> Started {
-        let cost = options.cost;
         match self {
-            Self::Memory(memory) => {
-                let now_us = options.at.unwrap_or_else(Timestamp::now).as_micros();
-                // A client with an override is checked by the policies it names.
-                let overridden = memory.overrides().resolve(keys, set, client, now_us);
-                let policies = overridden.as_deref().unwrap_or(set);
-                let bans = policies.iter().any(|p| p.ban().is_some());
-                let answers = || {
-                    if bans {
-                        return memory.check_banning(keys, client, policies, cost, now_us);
-                    }
-                    memory.check(keys, client, policies, cost, now_us, |_, answer| answer)
-                };
-                let (answers, taken_at_us) = match options.once {
-                    Some((id, window_ms)) => {
-                        let key = keys.once(set, client, id);
-                        let (answers, replayed) =
-                            memory.recent().once(&key, window_ms, now_us, answers);
-                        // A retry took nothing: its answer is not refundable.
-                        (answers, (!replayed).then_some(now_us))
-                    }
-                    None if !bans => {
-                        // The common check: decisions made on the way out, no answers kept.
-                        let decisions =
-                            memory.check(keys, client, policies, cost, now_us, |p, a| {
-                                decision(p, a, Reason::Memory)
-                            });
-                        let decisions = Decisions::new(decisions);
-                        return Started::Ready(Ok(stamp(
-                            decisions,
-                            options,
-                            set,
-                            client,
-                            Some(now_us),
-                        )));
-                    }
-                    None => (answers(), Some(now_us)),
-                };
-                let decisions = policies
-                    .iter()
-                    .zip(answers)
-                    .map(|(policy, answer)| decision(policy, answer, Reason::Memory))
-                    .collect();
-                let decisions = Decisions::new(decisions);
-                Started::Ready(Ok(stamp(decisions, options, set, client, taken_at_us)))
-            }
-            Self::Redis(redis) => {
-                // Encoded here, so the future owns only what the reply needs.
-                let request = Request {
-                    cost,
-                    once: options.once,
-                    reserve: options.reserve,
-                    ..Request::new(set, client)
-                };
-                let now_us = options.at.map(Timestamp::as_micros);
-                let call = protocol::encode(keys, now_us, &[request]);
-                let (redis, set) = (redis.clone(), set.clone());
-                let options = Options {
-                    once: None,
-                    ..*options
-                };
-                // Only a reservation keeps its client, for the refund.
-                let client = if options.reserve {
-                    client.to_owned()
-                } else {
-                    String::new()
-                };
-                Started::Waiting(Box::pin(async move {
-                    let request = Request {
-                        reserve: options.reserve,
-                        ..Request::new(&set, "")
-                    };
-                    let replies = redis.check(call, &[request], options.budget).await?;
-                    let reply = replies
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
-                    let mut limits = reply.limits.into_iter();
-                    let decisions = set
-                        .iter()
-                        .zip(reply.answers)
-                        .map(|(policy, answer)| {
-                            let mut decision = decision(policy, answer, Reason::Redis);
-                            if policy.takes_overrides() {
-                                decision.limit = limits.next().unwrap_or(decision.limit);
-                            }
-                            decision
-                        })
-                        .collect();
-                    let decisions = Decisions::new(decisions);
-                    Ok(stamp(decisions, &options, &set, &client, reply.taken_at_us))
-                }))
-            }
+            Self::Memory(memory) => memory.start(keys, set, client, options),
+            Self::Redis(redis) => redis.start(keys, set, client, options),
         }
     }
 
@@ -246,7 +155,7 @@ impl Backend {
 }
 
 /// `decisions`, refundable if they answer an admitted reservation taken at `taken_at_us`.
-fn stamp(
+pub(super) fn stamp(
     decisions: Decisions,
     options: &Options<'_>,
     set: &PolicySet,
@@ -454,7 +363,7 @@ fn no_key_names() -> Error {
     )
 }
 
-fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
+pub(super) fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
     Decision {
         allowed: answer.denial.is_none(),
         limit: policy.limit(),

@@ -16,7 +16,12 @@ mod overrides;
 mod recent;
 
 use self::{bans::Bans, leases::Leases, overrides::Overrides, recent::Recent};
-use super::answer::{Answer, Inspected};
+use super::{
+    Started,
+    answer::{Answer, Inspected},
+    decision, stamp,
+};
+use crate::{Decisions, PolicySet, Reason, Timestamp, check_request::Options};
 
 const SHARDS: usize = 16;
 
@@ -203,6 +208,54 @@ impl MemoryBackend {
                 finish(policy, answer)
             })
             .collect()
+    }
+}
+
+impl MemoryBackend {
+    /// Decides the check of `set` for `client` that `options` describe, here and now.
+    pub(crate) fn start(
+        &self,
+        keys: &KeyScheme,
+        set: &PolicySet,
+        client: &str,
+        options: &Options<'_>,
+    ) -> Started {
+        let cost = options.cost;
+        let now_us = options.at.unwrap_or_else(Timestamp::now).as_micros();
+        // A client with an override is checked by the policies it names.
+        let overridden = self.overrides().resolve(keys, set, client, now_us);
+        let policies = overridden.as_deref().unwrap_or(set);
+        let bans = policies.iter().any(|p| p.ban().is_some());
+        let answers = || {
+            if bans {
+                return self.check_banning(keys, client, policies, cost, now_us);
+            }
+            self.check(keys, client, policies, cost, now_us, |_, answer| answer)
+        };
+        let (answers, taken_at_us) = match options.once {
+            Some((id, window_ms)) => {
+                let key = keys.once(set, client, id);
+                let (answers, replayed) = self.recent().once(&key, window_ms, now_us, answers);
+                // A retry took nothing: its answer is not refundable.
+                (answers, (!replayed).then_some(now_us))
+            }
+            None if !bans => {
+                // The common check: decisions made on the way out, no answers kept.
+                let decisions = self.check(keys, client, policies, cost, now_us, |p, a| {
+                    decision(p, a, Reason::Memory)
+                });
+                let decisions = Decisions::new(decisions);
+                return Started::Ready(Ok(stamp(decisions, options, set, client, Some(now_us))));
+            }
+            None => (answers(), Some(now_us)),
+        };
+        let decisions = policies
+            .iter()
+            .zip(answers)
+            .map(|(policy, answer)| decision(policy, answer, Reason::Memory))
+            .collect();
+        let decisions = Decisions::new(decisions);
+        Started::Ready(Ok(stamp(decisions, options, set, client, taken_at_us)))
     }
 }
 

@@ -32,7 +32,11 @@ use self::{
     scripts::{Script, Scripts},
     url::check_url,
 };
-use crate::{ConfigError, Error, ErrorKind, backend::answer::Inspected, redacted_url};
+use super::{Started, decision, stamp};
+use crate::{
+    ConfigError, Decisions, Error, ErrorKind, KeyScheme, PolicySet, Reason, Timestamp,
+    backend::answer::Inspected, check_request::Options, redacted_url,
+};
 
 /// The Redis backend, through a deadpool-redis pool: a standalone server
 /// ([`builder`](Self::builder)), a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`)
@@ -192,6 +196,63 @@ impl RedisBackend {
     /// Whether this is a Redis Cluster, whose keys live on several primaries.
     pub fn is_cluster(&self) -> bool {
         self.inner.pools.is_cluster()
+    }
+
+    /// Begins the check of `set` for `client` that `options` describe: sent when the returned
+    /// future is first polled.
+    pub(crate) fn start(
+        &self,
+        keys: &KeyScheme,
+        set: &PolicySet,
+        client: &str,
+        options: &Options<'_>,
+    ) -> Started {
+        let cost = options.cost;
+        // Encoded here, so the future owns only what the reply needs.
+        let request = Request {
+            cost,
+            once: options.once,
+            reserve: options.reserve,
+            ..Request::new(set, client)
+        };
+        let now_us = options.at.map(Timestamp::as_micros);
+        let call = protocol::encode(keys, now_us, &[request]);
+        let (redis, set) = (self.clone(), set.clone());
+        let options = Options {
+            once: None,
+            ..*options
+        };
+        // Only a reservation keeps its client, for the refund.
+        let client = if options.reserve {
+            client.to_owned()
+        } else {
+            String::new()
+        };
+        Started::Waiting(Box::pin(async move {
+            let request = Request {
+                reserve: options.reserve,
+                ..Request::new(&set, "")
+            };
+            let replies = redis.check(call, &[request], options.budget).await?;
+            let reply = replies
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
+            let mut limits = reply.limits.into_iter();
+            let decisions = set
+                .iter()
+                .zip(reply.answers)
+                .map(|(policy, answer)| {
+                    let mut decision = decision(policy, answer, Reason::Redis);
+                    if policy.takes_overrides() {
+                        decision.limit = limits.next().unwrap_or(decision.limit);
+                    }
+                    decision
+                })
+                .collect();
+            let decisions = Decisions::new(decisions);
+            Ok(stamp(decisions, &options, &set, &client, reply.taken_at_us))
+        }))
     }
 
     /// Checks `requests` by `call`, their encoding ([`protocol::encode`]), within `budget`
