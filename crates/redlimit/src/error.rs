@@ -1,4 +1,11 @@
-use std::{error::Error as StdError, fmt};
+use std::{
+    error::Error as StdError,
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 /// What went wrong in a check. See [`Error::kind`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,6 +56,8 @@ pub struct Error {
     kind: ErrorKind,
     message: String,
     source: Option<Box<dyn StdError + Send + Sync>>,
+    /// Set on each copy of one failed batch: whether a circuit breaker has counted it.
+    counted: Option<Arc<AtomicBool>>,
 }
 
 impl Error {
@@ -57,7 +66,29 @@ impl Error {
             kind,
             message: message.into(),
             source: None,
+            counted: None,
         }
+    }
+
+    /// One copy of this failure per check of a batch that failed as a whole; a circuit
+    /// breaker counts the batch once ([`counts_for_breaker`](Self::counts_for_breaker)).
+    pub(crate) fn copies(&self, n: usize) -> impl Iterator<Item = Self> + use<> {
+        let (kind, message) = (self.kind, self.to_string());
+        let counted = Arc::new(AtomicBool::new(false));
+        (0..n).map(move |_| Self {
+            kind,
+            message: message.clone(),
+            source: None,
+            counted: Some(Arc::clone(&counted)),
+        })
+    }
+
+    /// Whether a circuit breaker counts this failure: always, but for the copies of one
+    /// failed batch, of which only the first asked counts.
+    pub(crate) fn counts_for_breaker(&self) -> bool {
+        self.counted
+            .as_ref()
+            .is_none_or(|counted| !counted.swap(true, Ordering::Relaxed))
     }
 
     pub(crate) fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {

@@ -406,8 +406,11 @@ impl GuardedLimiter {
                 guard.finish(decisions, &span)
             }
             Err(error) => {
-                // One client's corrupt key says nothing about the backend's health.
-                guard.breaker(client).record(error.is_corrupt_state());
+                // One client's corrupt key says nothing about the backend's health; a failed
+                // batch counts once, not once per check in it.
+                if error.counts_for_breaker() {
+                    guard.breaker(client).record(error.is_corrupt_state());
+                }
                 guard.count_failed(error.kind());
                 self.fail(client, options, Some(error), span).await
             }

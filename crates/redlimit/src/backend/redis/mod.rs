@@ -18,6 +18,7 @@ use deadpool_redis::{
     },
 };
 
+mod batch;
 mod connection;
 pub(crate) mod protocol;
 mod scripts;
@@ -27,8 +28,9 @@ mod url;
 
 pub(crate) use self::scripts::{CHECK, source_of};
 use self::{
+    batch::{Batcher, Member},
     connection::{Conn, Held, Pools},
-    protocol::{Call, Reply, Request},
+    protocol::{Call, Request},
     scripts::{Script, Scripts},
     url::check_url,
 };
@@ -75,6 +77,7 @@ struct Inner {
     /// Lets one check at a time fetch a connection, so a burst of first checks does not check
     /// out (and then recycle, with a `PING` each) a connection apiece.
     connecting: tokio::sync::Mutex<()>,
+    batcher: Batcher,
 }
 
 /// The connection in use, and a generation so a late failure cannot discard its replacement.
@@ -216,7 +219,14 @@ impl RedisBackend {
             ..Request::new(set, client)
         };
         let now_us = options.at.map(Timestamp::as_micros);
-        let call = protocol::encode(keys, now_us, &[request]);
+        let budget = options.budget.unwrap_or(self.inner.budget);
+        let member = Member {
+            call: protocol::encode(keys, now_us, &[request]),
+            lean: request.lean(),
+            reply_len: request.reply_len(),
+            slot: self.slot_of(keys, client),
+            deadline: tokio::time::Instant::now() + budget,
+        };
         let (redis, set) = (self.clone(), set.clone());
         let options = Options {
             once: None,
@@ -233,10 +243,15 @@ impl RedisBackend {
                 reserve: options.reserve,
                 ..Request::new(&set, "")
             };
-            let replies = redis.check(call, &[request], options.budget).await?;
-            let reply = replies
-                .into_iter()
-                .next()
+            // The check's one timer, over its wait in the queue and its call. Awaited here,
+            // not in `within_budget`: a check's future holds redis-rs's large one, and one
+            // more layer around it cost about 1 µs of CPU per check in the benchmark's HTTP
+            // mode (moves and polls of the larger state).
+            let reply = tokio::time::timeout(budget, redis.decide(member))
+                .await
+                .unwrap_or_else(|_| Err(redis.timed_out(budget)))?;
+            let reply = protocol::decode(&reply, &[request])?
+                .pop()
                 .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
             let mut limits = reply.limits.into_iter();
             let decisions = set
@@ -255,52 +270,48 @@ impl RedisBackend {
         }))
     }
 
-    /// Checks `requests` by `call`, their encoding ([`protocol::encode`]), within `budget`
-    /// (else the backend's): each request's reply. The requests choose the script and read the
-    /// reply; their clients are not read again.
-    pub(crate) async fn check(
+    /// The Cluster slot of `client`'s keys, which batches are made of; 0 off a Cluster.
+    fn slot_of(&self, keys: &KeyScheme, client: &str) -> u16 {
+        #[cfg(feature = "cluster")]
+        if self.is_cluster() {
+            return keys.slot(client);
+        }
+        let _ = (keys, client);
+        0
+    }
+
+    /// Runs the check `call` by `script` on the connection in use: its reply. Corrupt state is
+    /// deleted and the check run again when the backend repairs; a connection that failed is
+    /// given up for a fresh one.
+    pub(crate) async fn call_script(
         &self,
-        call: Call,
-        requests: &[Request<'_>],
-        budget: Option<Duration>,
-    ) -> Result<Vec<Reply>, Error> {
+        call: &Call,
+        script: &Script,
+    ) -> Result<Vec<i64>, Error> {
         let inner = &self.inner;
-        let attempt = async {
-            let (mut conn, generation) = self.connection().await?;
-            let script = inner.scripts.check(requests);
-            let mut reply = self.run::<Vec<i64>>(&call, script, &mut conn).await;
-            if inner.repair && matches!(&reply, Err(err) if call.error_is_corrupt(err)) {
-                // Opted in: what cannot be read is deleted, and the check starts over.
-                let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
-                    .arg(&call.keys)
-                    .query_async(&mut conn)
-                    .await;
-                if deleted.is_ok() {
-                    inner.repairs.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        target: "redlimit",
-                        "deleted a client's corrupt limiter state and checked again"
-                    );
-                    reply = self.run(&call, script, &mut conn).await;
-                }
+        let (mut conn, generation) = self.connection().await?;
+        let mut reply = self.run::<Vec<i64>>(call, script, &mut conn).await;
+        if inner.repair && matches!(&reply, Err(err) if call.error_is_corrupt(err)) {
+            // Opted in: what cannot be read is deleted, and the check starts over.
+            let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
+                .arg(&call.keys)
+                .query_async(&mut conn)
+                .await;
+            if deleted.is_ok() {
+                inner.repairs.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    target: "redlimit",
+                    "deleted a client's corrupt limiter state and checked again"
+                );
+                reply = self.run(call, script, &mut conn).await;
             }
-            match reply {
-                Ok(reply) => protocol::decode(&reply, requests),
-                Err(err) => {
-                    if err.is_unrecoverable_error() || err.is_timeout() {
-                        self.discard(generation);
-                    }
-                    Err(call.error(err))
-                }
+        }
+        reply.map_err(|err| {
+            if err.is_unrecoverable_error() || err.is_timeout() {
+                self.discard(generation);
             }
-        };
-        // The check's one timer. Awaited here, not in `within_budget`: a check's future holds
-        // redis-rs's large one, and one more layer around it cost about 1 µs of CPU per check
-        // in the benchmark's HTTP mode (moves and polls of the larger state).
-        let budget = budget.unwrap_or(inner.budget);
-        tokio::time::timeout(budget, attempt)
-            .await
-            .unwrap_or_else(|_| Err(self.timed_out(budget)))
+            call.error(err)
+        })
     }
 
     /// `attempt`, or a timeout once the budget is spent: for the operator's commands.
@@ -659,6 +670,7 @@ impl RedisBackendBuilder {
                 repairs: AtomicU64::new(0),
                 shared: Mutex::default(),
                 connecting: tokio::sync::Mutex::default(),
+                batcher: Batcher::default(),
             }),
         })
     }

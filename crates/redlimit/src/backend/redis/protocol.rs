@@ -8,7 +8,7 @@ use deadpool_redis::redis::{Cmd, RedisError};
 
 use super::scripts::Script;
 use crate::{
-    Error, ErrorKind, KeyScheme, Policy,
+    Algorithm, Error, ErrorKind, KeyScheme, Policy,
     algorithm::{Denial, View},
     backend::{
         answer::{Answer, Inspected},
@@ -63,13 +63,23 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// Whether the lean script of one policy can run it: one policy that reads no override
-    /// and bans no one.
-    pub(crate) fn is_lean(&self) -> bool {
+    /// The algorithm whose lean script of one policy can run it alone: one policy that reads
+    /// no override and bans no one.
+    pub(crate) fn lean(&self) -> Option<Algorithm> {
         match self.policies {
-            [policy] => self.marks_of(policy) == 0,
-            _ => false,
+            [policy] if self.marks_of(policy) == 0 => Some(policy.algorithm()),
+            _ => None,
         }
+    }
+
+    /// How many integers its reply is (see [`decode`]).
+    pub(crate) fn reply_len(&self) -> usize {
+        let overridable = self
+            .policies
+            .iter()
+            .filter(|p| self.marks_of(p) & OVERRIDES != 0)
+            .count();
+        4 * self.policies.len() + overridable + usize::from(self.reserve)
     }
 
     /// The override and ban flags of `policy` in this request.
@@ -86,6 +96,7 @@ impl<'a> Request<'a> {
     }
 }
 
+#[derive(Clone, PartialEq, Eq)]
 enum Arg {
     Int(u64),
     Text(&'static str),
@@ -180,6 +191,39 @@ pub(crate) fn override_value(overridden: &Policy, key: &str) -> String {
 }
 
 impl Call {
+    /// One call of the requests of `calls` (each [`encode`]d alone, all at one time), in order.
+    pub(crate) fn joined<'a>(calls: impl Iterator<Item = &'a Call> + Clone) -> Self {
+        let (mut keys, mut args) = (Vec::new(), Vec::new());
+        let mut requests = 0;
+        for call in calls.clone() {
+            keys.extend(call.keys.iter().cloned());
+            if args.is_empty() {
+                args.extend(call.args.first().cloned());
+                args.push(Arg::Int(0));
+            }
+            args.extend(call.args[2..].iter().cloned());
+            requests += 1;
+        }
+        if let Some(count) = args.get_mut(1) {
+            *count = Arg::Int(requests);
+        }
+        Self { keys, args }
+    }
+
+    /// A check's time: its first argument, equal for calls that may be joined.
+    pub(crate) fn time(&self) -> Option<u64> {
+        match self.args.first() {
+            Some(Arg::Int(at)) => Some(*at),
+            _ => None,
+        }
+    }
+
+    /// Roughly the bytes it sends, to bound a batch.
+    pub(crate) fn size(&self) -> usize {
+        let keys: usize = self.keys.iter().map(|k| k.len() + 8).sum();
+        keys + self.args.len() * 8
+    }
+
     /// A command about `keys`, all in one slot, with no arguments of the protocol's.
     pub(crate) fn keys(keys: Vec<String>) -> Self {
         Self {
@@ -264,12 +308,8 @@ pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Repl
     let mut rest = reply;
     let mut replies = Vec::with_capacity(requests.len());
     for request in requests {
-        let overridable = request
-            .policies
-            .iter()
-            .filter(|p| request.marks_of(p) & OVERRIDES != 0)
-            .count();
-        let length = 4 * request.policies.len() + overridable + usize::from(request.reserve);
+        let length = request.reply_len();
+        let overridable = length - 4 * request.policies.len() - usize::from(request.reserve);
         if rest.len() < length {
             return Err(short_reply(reply.len()));
         }

@@ -138,13 +138,9 @@ impl Scripts {
         }
     }
 
-    /// The script checking `requests`: the lean one of a single request's algorithm when it
-    /// can, else the one that reads any requests.
-    pub(crate) fn check(&self, requests: &[Request<'_>]) -> &Script {
-        match requests {
-            [request] if request.is_lean() => &self.one[position(request.policies[0].algorithm())],
-            _ => &self.check,
-        }
+    /// The lean script of `algorithm`'s one policy, or (`None`) the one that reads any requests.
+    pub(crate) fn of(&self, lean: Option<Algorithm>) -> &Script {
+        lean.map_or(&self.check, |algorithm| &self.one[position(algorithm)])
     }
 }
 
@@ -158,7 +154,7 @@ fn position(algorithm: Algorithm) -> usize {
 /// The Lua source of the script a check of `policies` for one client runs.
 pub(crate) fn source_of(policies: &[Policy]) -> &'static str {
     match policies {
-        [policy] if Request::new(policies, "").is_lean() => one_source(policy.algorithm()),
+        [_] => Request::new(policies, "").lean().map_or(CHECK, one_source),
         _ => CHECK,
     }
 }
@@ -188,7 +184,7 @@ mod tests {
         let one = [a.clone()];
         let lone = Request::new(&one, "c");
         assert_eq!(
-            scripts.check(&[lone]).source,
+            scripts.of(lone.lean()).source,
             one_source(Algorithm::FixedWindow)
         );
         let reserved = Request {
@@ -197,13 +193,12 @@ mod tests {
             ..lone
         };
         assert_eq!(
-            scripts.check(&[reserved]).source,
+            scripts.of(reserved.lean()).source,
             one_source(Algorithm::FixedWindow),
             "ids and reservations do not need the general script"
         );
         let two = [a.clone(), b];
-        assert_eq!(scripts.check(&[Request::new(&two, "c")]).source, CHECK);
-        assert_eq!(scripts.check(&[lone, lone]).source, CHECK, "a batch");
+        assert_eq!(scripts.of(Request::new(&two, "c").lean()).source, CHECK);
         let banning = [Policy::builder("ban", Algorithm::FixedWindow)
             .limit(10)
             .window(Duration::from_secs(60))
@@ -214,7 +209,7 @@ mod tests {
             ))
             .build()
             .expect("a valid policy")];
-        assert_eq!(scripts.check(&[Request::new(&banning, "c")]).source, CHECK);
+        assert_eq!(scripts.of(Request::new(&banning, "c").lean()).source, CHECK);
         assert_eq!(source_of(&two), CHECK);
         assert_eq!(source_of(&one), one_source(Algorithm::FixedWindow));
     }

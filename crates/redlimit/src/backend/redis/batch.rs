@@ -1,0 +1,268 @@
+//! Checks decided together. A few calls are in flight at once; a check that finds them all
+//! busy waits in a queue, and when a call returns, what waits goes as one call (at most
+//! [`MAX_MEMBERS`] checks or [`MAX_BYTES`] of keys and arguments), decided in arrival order at
+//! one server time. An idle backend sends a check at once, from the caller's own task, so a
+//! lone check waits no longer than an unbatched one.
+//!
+//! The fixed costs of a script call (the `EVALSHA`, reading the arguments, `TIME`, defining the
+//! script's functions, the reply and the socket) are then paid once per batch instead of once
+//! per decision: that is most of what a decision costs the Redis core.
+
+use std::{
+    collections::VecDeque,
+    sync::{Mutex, PoisonError},
+};
+
+use tokio::{sync::oneshot, time::Instant};
+
+use super::{RedisBackend, protocol::Call};
+use crate::{Algorithm, Error, ErrorKind};
+
+/// Calls in flight at once before checks queue. Enough that Redis never waits for the next
+/// call while one travels back; few enough that checks queue (and batch) as soon as Redis is
+/// busy.
+const IN_FLIGHT: usize = 2;
+/// The most checks in one call.
+const MAX_MEMBERS: usize = 64;
+/// The most bytes of keys and arguments in one call.
+const MAX_BYTES: usize = 16 * 1024;
+
+/// One check, encoded alone, and where its reply goes.
+pub(crate) struct Member {
+    pub(crate) call: Call,
+    /// The algorithm whose lean script runs it alone, if one can.
+    pub(crate) lean: Option<Algorithm>,
+    /// How many integers its reply is.
+    pub(crate) reply_len: usize,
+    /// Only checks of one slot (the client's hash tag) go in one Cluster call; 0 elsewhere.
+    pub(crate) slot: u16,
+    pub(crate) deadline: Instant,
+}
+
+struct Waiting {
+    member: Member,
+    reply: oneshot::Sender<Result<Vec<i64>, Error>>,
+}
+
+/// The queue of one backend.
+#[derive(Default)]
+pub(crate) struct Batcher {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    in_flight: usize,
+    queue: VecDeque<Waiting>,
+}
+
+/// A call in flight. Dropped (answered or given up), it sends what waits, or frees its place.
+struct Turn {
+    redis: RedisBackend,
+}
+
+impl Batcher {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl RedisBackend {
+    /// Decides `member`: sent at once when fewer than [`IN_FLIGHT`] calls are out, else with the
+    /// next batch. The caller's timer bounds both waits.
+    pub(crate) async fn decide(&self, member: Member) -> Result<Vec<i64>, Error> {
+        let answer = {
+            let mut state = self.inner.batcher.lock();
+            if state.in_flight < IN_FLIGHT {
+                state.in_flight += 1;
+                Err(member)
+            } else {
+                let (reply, answer) = oneshot::channel();
+                state.queue.push_back(Waiting { member, reply });
+                Ok(answer)
+            }
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(member) => {
+                let _turn = Turn {
+                    redis: self.clone(),
+                };
+                return self
+                    .call_script(&member.call, self.inner.scripts.of(member.lean))
+                    .await;
+            }
+        };
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Backend,
+                "the batch of this check was dropped",
+            ))
+        })
+    }
+
+    /// Sends `batch`, a call per slot and time, and answers each member.
+    async fn send(&self, batch: Vec<Waiting>) {
+        let mut groups: Vec<Vec<Waiting>> = Vec::new();
+        for waiting in batch {
+            let key = (waiting.member.slot, waiting.member.call.time());
+            match groups
+                .iter_mut()
+                .find(|g| (g[0].member.slot, g[0].member.call.time()) == key)
+            {
+                Some(group) => group.push(waiting),
+                None => groups.push(vec![waiting]),
+            }
+        }
+        let mut sends = tokio::task::JoinSet::new();
+        let last = groups.len().saturating_sub(1);
+        for (i, group) in groups.into_iter().enumerate() {
+            if i == last {
+                self.send_group(group).await;
+            } else {
+                let redis = self.clone();
+                sends.spawn(async move { redis.send_group(group).await });
+            }
+        }
+        while sends.join_next().await.is_some() {}
+    }
+
+    /// One call for `group` (checks of one slot at one time), within the latest budget of its
+    /// members. A call that fails on corrupt state is sent again a check at a time, so only the
+    /// client whose key is corrupt sees it.
+    async fn send_group(&self, group: Vec<Waiting>) {
+        let deadline = group
+            .iter()
+            .map(|w| w.member.deadline)
+            .max()
+            .unwrap_or_else(Instant::now);
+        if group.len() == 1 {
+            for waiting in group {
+                self.send_alone(waiting).await;
+            }
+            return;
+        }
+        let call = Call::joined(group.iter().map(|w| &w.member.call));
+        let reply = within(
+            deadline,
+            self.call_script(&call, self.inner.scripts.of(None)),
+        )
+        .await;
+        match reply {
+            Err(err) if err.is_corrupt_state() => {
+                let mut alone = tokio::task::JoinSet::new();
+                for waiting in group {
+                    let redis = self.clone();
+                    alone.spawn(async move { redis.send_alone(waiting).await });
+                }
+                while alone.join_next().await.is_some() {}
+            }
+            reply => answer(group, reply),
+        }
+    }
+}
+
+impl RedisBackend {
+    /// One call for one check, by its own script, within its own budget.
+    async fn send_alone(&self, waiting: Waiting) {
+        let member = &waiting.member;
+        let script = self.inner.scripts.of(member.lean);
+        let reply = within(member.deadline, self.call_script(&member.call, script)).await;
+        answer(vec![waiting], reply);
+    }
+}
+
+/// `call`, or a timeout at `deadline`.
+async fn within(
+    deadline: Instant,
+    call: impl Future<Output = Result<Vec<i64>, Error>>,
+) -> Result<Vec<i64>, Error> {
+    tokio::time::timeout_at(deadline, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Timeout,
+                "redis did not answer a batch within its checks' budgets",
+            ))
+        })
+}
+
+/// Hands each member its part of `reply`; a failed call fails each one, counted once by a
+/// circuit breaker.
+fn answer(group: Vec<Waiting>, reply: Result<Vec<i64>, Error>) {
+    match reply {
+        Ok(reply) if reply.len() == group.iter().map(|w| w.member.reply_len).sum() => {
+            let mut rest = &reply[..];
+            for waiting in group {
+                let (mine, next) = rest.split_at(waiting.member.reply_len);
+                rest = next;
+                let _ = waiting.reply.send(Ok(mine.to_vec()));
+            }
+        }
+        Ok(reply) => {
+            let err = Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "a batch of {} checks was answered {} integers",
+                    group.len(),
+                    reply.len()
+                ),
+            );
+            fail(group, &err);
+        }
+        Err(err) => fail(group, &err),
+    }
+}
+
+fn fail(group: Vec<Waiting>, err: &Error) {
+    let copies = err.copies(group.len());
+    for (waiting, err) in group.into_iter().zip(copies) {
+        let _ = waiting.reply.send(Err(err));
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let batch = {
+            let mut state = self.redis.inner.batcher.lock();
+            let mut batch = Vec::new();
+            let mut bytes = 0;
+            while let Some(waiting) = state.queue.front() {
+                let size = waiting.member.call.size();
+                if batch.len() == MAX_MEMBERS || (!batch.is_empty() && bytes + size > MAX_BYTES) {
+                    break;
+                }
+                let waiting = state.queue.pop_front().expect("a front");
+                // Its caller gave up (out of budget): nothing to send.
+                if waiting.reply.is_closed() {
+                    continue;
+                }
+                bytes += size;
+                batch.push(waiting);
+            }
+            if batch.is_empty() {
+                state.in_flight -= 1;
+                return;
+            }
+            batch
+        };
+        // The place in flight passes to the batch.
+        let turn = Turn {
+            redis: self.redis.clone(),
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    turn.redis.send(batch).await;
+                    drop(turn);
+                });
+            }
+            Err(_) => {
+                // No runtime to send it from (shutting down): each check fails now.
+                let err = Error::new(ErrorKind::Backend, "the runtime is shutting down");
+                fail(batch, &err);
+                drop(turn);
+            }
+        }
+    }
+}
