@@ -19,8 +19,17 @@ for _ = 1, tonumber(ARGV[2]) do
     reply = seen_before(idem)
   end
   if reply then
+    local length = 4 * count + (reserve and 1 or 0)
     for _ = 1, count do
-      _, _, _, _, _, _, _, _, _, _, a, k = read_policy(ARGV, KEYS, a, k, true)
+      local overridable
+      _, _, _, _, _, overridable, _, _, _, _, a, k = read_policy(ARGV, KEYS, a, k, true)
+      if overridable then
+        length = length + 1
+      end
+    end
+    -- A reply of another shape would misalign every later request's in a batch.
+    if #reply ~= length then
+      corrupt(idem, 'holds the reply of another request')
     end
   else
     now_us = now_us or clock(ARGV[1])

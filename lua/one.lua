@@ -10,6 +10,9 @@ if once then
   a = a + 1
   local reply = seen_before(idem)
   if reply then
+    if #reply ~= (reserve and 5 or 4) then
+      corrupt(idem, 'holds the reply of another request')
+    end
     return reply
   end
 end

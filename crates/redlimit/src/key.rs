@@ -173,9 +173,19 @@ impl KeyScheme {
     /// The key remembering the answer to a check of `policies` by `client` with request `id`:
     /// in the client's slot, named by a hash of the id and the policies, so one id never
     /// answers for another set of policies. `~` keeps it apart from every policy's keys.
-    pub(crate) fn once(&self, policies: &[Policy], client: &str, id: &str) -> String {
+    pub(crate) fn once(
+        &self,
+        policies: &[Policy],
+        client: &str,
+        id: &str,
+        reserve: bool,
+    ) -> String {
         let mut sha1 = sha1_smol::Sha1::new();
         sha1.update(id.as_bytes());
+        // A reservation's reply is longer: a check with the same id is another request.
+        if reserve {
+            sha1.update(&[1]);
+        }
         for policy in policies {
             sha1.update(&[0]);
             sha1.update(policy.name().as_bytes());

@@ -2,6 +2,7 @@
 
 mod backwards_time;
 mod bans;
+mod batches;
 mod block_cache;
 mod cluster;
 mod concurrency;

@@ -234,7 +234,7 @@ impl MemoryBackend {
         };
         let (answers, taken_at_us) = match options.once {
             Some((id, window_ms)) => {
-                let key = keys.once(set, client, id);
+                let key = keys.once(set, client, id, options.reserve);
                 let (answers, replayed) = self.recent().once(&key, window_ms, now_us, answers);
                 // A retry took nothing: its answer is not refundable.
                 (answers, (!replayed).then_some(now_us))

@@ -137,7 +137,7 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             args.push(Arg::Int(at_us));
         }
         if let Some((id, _)) = request.once {
-            keys.push(scheme.once(request.policies, request.client, id));
+            keys.push(scheme.once(request.policies, request.client, id, request.reserve));
         }
         for policy in request.policies {
             let marks = request.marks_of(policy);

@@ -1,0 +1,222 @@
+//! Batches: checks that arrive while calls are in flight are decided together in one call, each
+//! exactly as it would be decided alone at that time, one after another.
+
+use std::{cell::Cell, sync::Arc, time::Duration};
+
+use proptest::{
+    prelude::*,
+    test_runner::{Config, TestRunner},
+};
+use redlimit::{Algorithm, Ban, Decisions, Limiter, Override, Policy, PolicySet};
+use redlimit_tests::{RedisServer, command_calls};
+
+use crate::support::{T0, at_ms, policy, set_of};
+
+/// One check of a random sequence.
+#[derive(Debug, Clone)]
+struct Step {
+    set: usize,
+    client: u8,
+    cost: u64,
+    /// A request id from a small pool, so retries happen.
+    once: Option<u8>,
+    reserve: bool,
+}
+
+/// Every algorithm alone, two policies together, one taking overrides, one that bans.
+fn sets() -> Vec<PolicySet> {
+    let mut sets: Vec<PolicySet> = Algorithm::ALL
+        .iter()
+        .map(|&a| set_of(&[policy(a, 4, 60_000, a.has_burst().then_some(5))]))
+        .collect();
+    sets.push(set_of(&[
+        policy(Algorithm::FixedWindow, 5, 60_000, None),
+        Policy::builder("per_hour", Algorithm::TokenBucket)
+            .limit(7)
+            .window(Duration::from_secs(3_600))
+            .build()
+            .expect("a policy"),
+    ]));
+    sets.push(set_of(&[overridable()]));
+    sets.push(set_of(&[Policy::builder(
+        "banning",
+        Algorithm::FixedWindow,
+    )
+    .limit(2)
+    .window(Duration::from_secs(60))
+    .ban(Ban::new(
+        1,
+        Duration::from_secs(60),
+        Duration::from_secs(600),
+    ))
+    .build()
+    .expect("a policy")]));
+    sets
+}
+
+fn overridable() -> Policy {
+    Policy::builder("overridable", Algorithm::Gcra)
+        .limit(3)
+        .window(Duration::from_secs(60))
+        .overrides(true)
+        .build()
+        .expect("a policy")
+}
+
+fn steps(sets: usize) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (
+            0..sets,
+            0_u8..3,
+            0_u64..3,
+            prop::option::weighted(0.3, 0_u8..3),
+            any::<bool>(),
+        )
+            .prop_map(|(set, client, cost, once, reserve)| Step {
+                set,
+                client,
+                cost,
+                once,
+                reserve,
+            }),
+        2..48,
+    )
+}
+
+/// `step` at `at_ms`, awaited.
+async fn check(limiter: &Limiter, sets: &[PolicySet], step: &Step, at: u64) -> Decisions {
+    let client = format!("c{}", step.client);
+    let mut check = limiter
+        .check(&sets[step.set], &client)
+        .cost(step.cost)
+        .at(at_ms(at));
+    let id = step.once.map(|id| format!("id{id}"));
+    if let Some(id) = &id {
+        check = check.once(id, Duration::from_secs(60));
+    }
+    if step.reserve {
+        check = check.reserve();
+    }
+    check.await.expect("check")
+}
+
+/// The same override of client `c1` at both.
+async fn prepare(limiter: &Limiter) {
+    limiter
+        .set_override(
+            &overridable(),
+            "c1",
+            Override::default().limit(6),
+            Duration::from_secs(600),
+        )
+        .await
+        .expect("an override");
+}
+
+fn scripts_run(server: &RedisServer) -> u64 {
+    let calls = command_calls(&mut server.connection());
+    ["evalsha", "eval"]
+        .iter()
+        .filter_map(|name| calls.get(*name))
+        .map(|stat| stat.calls)
+        .sum()
+}
+
+#[test]
+fn a_batch_decides_each_check_as_one_by_one_at_its_time() {
+    // One thread: the checks are started in order and reach the backend in that order, so
+    // the first ones go at once and the rest wait, then go together.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let (batched, alone) = (RedisServer::start(), RedisServer::start());
+    let sets = Arc::new(sets());
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let (batched_calls, checks) = (Cell::new(0), Cell::new(0));
+    runner
+        .run(&steps(sets.len()), |steps| {
+            runtime.block_on(async {
+                for server in [&batched, &alone] {
+                    let _: () = deadpool_redis::redis::cmd("FLUSHALL")
+                        .query(&mut server.connection())
+                        .expect("FLUSHALL");
+                }
+                let (together, one_by_one) = (batched.limiter(), alone.limiter());
+                prepare(&together).await;
+                prepare(&one_by_one).await;
+                let before = scripts_run(&batched);
+                let tasks: Vec<_> = steps
+                    .iter()
+                    .map(|step| {
+                        let (limiter, sets, step) =
+                            (together.clone(), Arc::clone(&sets), step.clone());
+                        tokio::spawn(async move { check(&limiter, &sets, &step, T0).await })
+                    })
+                    .collect();
+                let mut decided = Vec::new();
+                for task in tasks {
+                    decided.push(task.await.expect("a task"));
+                }
+                batched_calls.set(batched_calls.get() + scripts_run(&batched) - before);
+                checks.set(checks.get() + steps.len() as u64);
+                for (i, (step, batched)) in steps.iter().zip(decided).enumerate() {
+                    let alone = check(&one_by_one, &sets, step, T0).await;
+                    prop_assert_eq!(
+                        batched.iter().collect::<Vec<_>>(),
+                        alone.iter().collect::<Vec<_>>(),
+                        "step {} of {:?}",
+                        i,
+                        steps
+                    );
+                }
+                Ok(())
+            })
+        })
+        .expect("batches decide as one by one");
+    let (batched_calls, checks) = (batched_calls.get(), checks.get());
+    assert!(
+        batched_calls * 2 < checks,
+        "batched: {batched_calls} script calls for {checks} checks"
+    );
+}
+
+#[test]
+fn corrupt_state_fails_only_its_own_check_in_a_batch() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let set = Arc::new(set_of(&[policy(Algorithm::Gcra, 10, 60_000, Some(10))]));
+    let corrupt = limiter.keys().key(&set[0], "c7");
+    let _: () = deadpool_redis::redis::cmd("SET")
+        .arg(&corrupt)
+        .arg("not a time")
+        .query(&mut server.connection())
+        .expect("SET");
+    let outcomes: Vec<_> = runtime.block_on(async {
+        let tasks: Vec<_> = (0..16)
+            .map(|i| {
+                let (limiter, set) = (limiter.clone(), Arc::clone(&set));
+                tokio::spawn(async move { limiter.check(&set, &format!("c{i}")).await })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for task in tasks {
+            outcomes.push(task.await.expect("a task"));
+        }
+        outcomes
+    });
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            Err(err) => assert!(i == 7 && err.is_corrupt_state(), "c{i}: {err}"),
+            Ok(decisions) => assert!(i != 7 && decisions.allowed(), "c{i}"),
+        }
+    }
+}
