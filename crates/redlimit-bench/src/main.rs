@@ -11,13 +11,14 @@ mod http;
 mod memory_table;
 mod report;
 mod saturate;
+mod saturation;
 
 use std::process::ExitCode;
 
 use redlimit_tests::RedisServer;
 
 const USAGE: &str =
-    "usage: redlimit-bench [--mode all|decisions|saturate|http|flood|memory|accuracy]
+    "usage: redlimit-bench [--mode all|decisions|saturation|saturate|http|flood|memory|accuracy]
   [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R] [--workers W]
   [--chart PATH]
 accuracy (not part of all) needs no Redis and draws its SVG to PATH (docs/accuracy.svg);
@@ -75,6 +76,7 @@ impl Settings {
         if ![
             "all",
             "decisions",
+            "saturation",
             "saturate",
             "http",
             "flood",
@@ -146,6 +148,20 @@ fn main() -> ExitCode {
         report::print(
             "decisions (one check per call, over K keys)",
             &rows,
+            decisions::NAIVE,
+        );
+    }
+    if settings.runs("decisions") || settings.mode == "saturation" {
+        let (uniform, zipf) = saturation::run(&url, &settings);
+        report::print(
+            "saturation, uniform keys (2 client threads × 256 in flight; Redis µs = redis-server \
+             CPU per decision; cmds/dec = script calls per decision; median of 3 rounds)",
+            &uniform,
+            decisions::NAIVE,
+        );
+        report::print(
+            "saturation, Zipf keys (s = 1.1 over K)",
+            &zipf,
             decisions::NAIVE,
         );
     }

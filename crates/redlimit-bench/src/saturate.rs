@@ -90,7 +90,7 @@ fn contenders() -> Vec<Contender> {
 }
 
 /// The server's own CPU seconds so far (`INFO cpu`: user and system, every thread).
-fn server_cpu(admin: &mut redis::Connection) -> f64 {
+pub(crate) fn server_cpu(admin: &mut redis::Connection) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("cpu")
         .query(admin)

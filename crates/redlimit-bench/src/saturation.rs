@@ -1,0 +1,325 @@
+//! Redis CPU per decision at saturation, through the clients users run: two client threads,
+//! each with its own runtime and connection (as two application processes), keep 256 checks in
+//! flight apiece, so redis-server's core is the bottleneck for every contender, the naive
+//! script's included. Keys are uniform over K clients, or Zipf-distributed (s = 1.1: a few hot
+//! clients, a long tail). Redis CPU is the server process's own (`INFO cpu`) over the run.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use deadpool_redis::redis::{self, aio::MultiplexedConnection};
+use redlimit::{Algorithm, Limiter, Policy, PolicySet};
+use redlimit_tests::command_calls;
+
+use crate::{
+    Settings,
+    decisions::{NAIVE, NAIVE_SCRIPT, admin, redis_limiter},
+    report::Row,
+    saturate::server_cpu,
+};
+
+/// Client threads, and checks in flight on each.
+const THREADS: usize = 2;
+const IN_FLIGHT: usize = 256;
+/// Zipf's exponent for the skewed rows.
+const ZIPF_S: f64 = 1.1;
+
+/// One way of deciding.
+#[derive(Clone)]
+enum Contender {
+    /// The naive script by `EVALSHA`, one call per decision: what a user writes.
+    Naive { url: String, sha1: String },
+    /// redlimit checking `set` (each thread builds its own limiter on `url`).
+    Redlimit { url: String, set: Arc<PolicySet> },
+}
+
+/// A limit so high that every check of the run is allowed, but for the sliding log's, which
+/// keeps an entry per request (limit 100, as the rows say).
+fn generous(algorithm: Algorithm) -> Policy {
+    let limit = if algorithm == Algorithm::SlidingWindowLog {
+        100
+    } else {
+        1_000_000
+    };
+    Policy::builder(algorithm.name(), algorithm)
+        .limit(limit)
+        .window(Duration::from_secs(60))
+        .build()
+        .expect("a valid policy")
+}
+
+fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)> {
+    let mut all = vec![(
+        NAIVE.to_owned(),
+        Contender::Naive {
+            url: url.to_owned(),
+            sha1: naive_sha1.to_owned(),
+        },
+    )];
+    let redlimit = |set: PolicySet| Contender::Redlimit {
+        url: url.to_owned(),
+        set: Arc::new(set),
+    };
+    for algorithm in Algorithm::ALL {
+        all.push((
+            algorithm.name().to_owned(),
+            redlimit(PolicySet::from(generous(algorithm))),
+        ));
+    }
+    let per_hour = Policy::builder("per_hour", Algorithm::FixedWindow)
+        .limit(10_000_000)
+        .window(Duration::from_secs(3_600))
+        .build()
+        .expect("a valid policy");
+    all.push((
+        crate::decisions::TWO_POLICIES.to_owned(),
+        redlimit(
+            PolicySet::new([generous(Algorithm::FixedWindow), per_hour]).expect("a valid set"),
+        ),
+    ));
+    all
+}
+
+/// Which client each check is for: uniform, or Zipf over `keys` ranks (inverse CDF).
+#[derive(Clone)]
+struct Keys {
+    cdf: Option<Arc<[f64]>>,
+    keys: usize,
+}
+
+impl Keys {
+    fn uniform(keys: usize) -> Self {
+        Self { cdf: None, keys }
+    }
+
+    fn zipf(keys: usize) -> Self {
+        let weights: Vec<f64> = (1..=keys).map(|k| 1.0 / (k as f64).powf(ZIPF_S)).collect();
+        let total: f64 = weights.iter().sum();
+        let mut sum = 0.0;
+        let cdf = weights
+            .iter()
+            .map(|w| {
+                sum += w / total;
+                sum
+            })
+            .collect();
+        Self {
+            cdf: Some(cdf),
+            keys,
+        }
+    }
+
+    /// The client for a uniform random `u` in [0, 1).
+    fn pick(&self, u: f64) -> usize {
+        match &self.cdf {
+            None => ((u * self.keys as f64) as usize).min(self.keys - 1),
+            Some(cdf) => cdf.partition_point(|&c| c < u).min(self.keys - 1),
+        }
+    }
+}
+
+/// xorshift64*: a cheap, seedable stream of uniforms for the key picks.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1_u64 << 53) as f64
+    }
+}
+
+/// What a thread's checks go through.
+#[derive(Clone)]
+enum Client {
+    Naive(MultiplexedConnection, Arc<str>),
+    Redlimit(Limiter, Arc<PolicySet>),
+}
+
+impl Client {
+    async fn decide(&self, client: &str) {
+        match self {
+            Self::Naive(conn, sha1) => {
+                let window = redlimit::Timestamp::now().as_micros() / 60_000_000;
+                let count: u64 = redis::cmd("EVALSHA")
+                    .arg(&**sha1)
+                    .arg(1)
+                    .arg(format!("naive:{{{client}}}:{window}"))
+                    .arg(60)
+                    .query_async(&mut conn.clone())
+                    .await
+                    .expect("naive EVALSHA");
+                std::hint::black_box(count <= 1_000_000);
+            }
+            Self::Redlimit(limiter, set) => {
+                let decisions = limiter.check(set, client).await.expect("redlimit check");
+                std::hint::black_box(decisions.allowed());
+            }
+        }
+    }
+}
+
+/// One thread: its own runtime and connection, `IN_FLIGHT` tasks taking checks from `left`.
+fn thread(
+    contender: Contender,
+    keys: Keys,
+    clients: Arc<[String]>,
+    left: Arc<AtomicUsize>,
+    seed: u64,
+) -> Vec<u32> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async move {
+        let client = match contender {
+            Contender::Naive { url, sha1 } => Client::Naive(
+                redis::Client::open(url)
+                    .expect("a url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("a connection"),
+                sha1.into(),
+            ),
+            Contender::Redlimit { url, set } => Client::Redlimit(redis_limiter(&url, "sat"), set),
+        };
+        let mut tasks = Vec::new();
+        for task in 0..IN_FLIGHT {
+            let (client, keys, clients, left) = (
+                client.clone(),
+                keys.clone(),
+                Arc::clone(&clients),
+                Arc::clone(&left),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut rng = Rng(seed ^ ((task as u64 + 1) * 0x9e37_79b9_7f4a_7c15));
+                let mut latencies = Vec::new();
+                // Bounded: each task stops when the run's count is used up.
+                while left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    let who = &clients[keys.pick(rng.next())];
+                    let started = Instant::now();
+                    client.decide(who).await;
+                    latencies.push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
+                }
+                latencies
+            }));
+        }
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.extend(task.await.expect("a task"));
+        }
+        latencies
+    })
+}
+
+/// Script calls so far, and the µs Redis spent running them.
+fn script_calls(admin: &mut redis::Connection) -> (u64, u64) {
+    let calls = command_calls(admin);
+    ["evalsha", "eval"]
+        .iter()
+        .filter_map(|name| calls.get(*name))
+        .fold((0, 0), |(n, us), stat| (n + stat.calls, us + stat.usec))
+}
+
+/// One contender on one key distribution: its row.
+fn measure(
+    name: &str,
+    contender: &Contender,
+    keys: &Keys,
+    clients: &Arc<[String]>,
+    decisions: usize,
+    admin: &mut redis::Connection,
+) -> Row {
+    let left = Arc::new(AtomicUsize::new(decisions));
+    let (cpu, before) = (server_cpu(admin), script_calls(admin));
+    let started = Instant::now();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (contender, keys, clients, left) = (
+                contender.clone(),
+                keys.clone(),
+                Arc::clone(clients),
+                Arc::clone(&left),
+            );
+            std::thread::spawn(move || thread(contender, keys, clients, left, 0x5eed + t as u64))
+        })
+        .collect();
+    let mut latencies: Vec<u32> = Vec::new();
+    for thread in threads {
+        latencies.extend(thread.join().expect("a client thread"));
+    }
+    let elapsed = started.elapsed();
+    let (cpu, (calls, usec)) = (server_cpu(admin) - cpu, script_calls(admin));
+    let (calls, usec) = (calls - before.0, usec - before.1);
+    latencies.sort_unstable();
+    let count = latencies.len() as f64;
+    let percentile = |p: usize| latencies[(latencies.len() * p / 100).min(latencies.len() - 1)];
+    Row {
+        mode: "saturation",
+        contender: name.to_owned(),
+        decisions_per_sec: count / elapsed.as_secs_f64(),
+        p50_us: percentile(50),
+        p99_us: percentile(99),
+        commands_per_decision: Some(calls as f64 / count),
+        redis_us_per_decision: Some(cpu * 1e6 / count),
+        bytes_per_key: None,
+        // Rates well inside u64; the fraction is noise.
+        #[allow(clippy::cast_possible_truncation)]
+        extra: vec![
+            (
+                "decisions_per_redis_core_second",
+                (count / cpu.max(1e-9)) as u64,
+            ),
+            ("script_ns_per_decision", (usec as f64 * 1e3 / count) as u64),
+        ],
+    }
+}
+
+/// The rows of both key distributions, each contender's rounds interleaved with the others'.
+pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Row>) {
+    let mut admin = admin(url);
+    let naive_sha1: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(NAIVE_SCRIPT)
+        .query(&mut admin)
+        .expect("SCRIPT LOAD");
+    let contenders = contenders(url, &naive_sha1);
+    let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
+    let rounds = settings.rounds.clamp(1, 3);
+    let per_round = (settings.decisions / rounds).max(10_000);
+    let mut tables = Vec::new();
+    for keys in [Keys::uniform(settings.keys), Keys::zipf(settings.keys)] {
+        let mut rows: Vec<Vec<Row>> = vec![Vec::new(); contenders.len()];
+        for round in 0..rounds {
+            for at in crate::drive::round_order(round, contenders.len()) {
+                let (name, contender) = &contenders[at];
+                rows[at].push(measure(
+                    name, contender, &keys, &clients, per_round, &mut admin,
+                ));
+            }
+        }
+        tables.push(rows.into_iter().map(merge).collect());
+    }
+    let zipf = tables.pop().unwrap_or_default();
+    let uniform = tables.pop().unwrap_or_default();
+    (uniform, zipf)
+}
+
+/// The median of a contender's rounds, by Redis CPU per decision.
+fn merge(mut rounds: Vec<Row>) -> Row {
+    rounds.sort_by(|a, b| {
+        a.redis_us_per_decision
+            .partial_cmp(&b.redis_us_per_decision)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    rounds.swap_remove(rounds.len() / 2)
+}
