@@ -115,6 +115,8 @@ impl Keys {
     }
 
     /// The client for a uniform random `u` in [0, 1).
+    // u * keys is below keys, far inside usize.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn pick(&self, u: f64) -> usize {
         match &self.cdf {
             None => ((u * self.keys as f64) as usize).min(self.keys - 1),
@@ -208,7 +210,8 @@ fn thread(
                     let who = &clients[keys.pick(rng.next())];
                     let started = Instant::now();
                     client.decide(who).await;
-                    latencies.push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
+                    latencies
+                        .push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
                 }
                 latencies
             }));

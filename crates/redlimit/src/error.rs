@@ -139,3 +139,22 @@ impl StdError for Error {
             .map(|s| s as &(dyn StdError + 'static))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_batch_counts_once_for_a_breaker_and_a_lone_failure_always() {
+        let failure = Error::new(ErrorKind::Timeout, "redis did not answer");
+        let copies: Vec<Error> = failure.copies(3).collect();
+        assert!(
+            copies
+                .iter()
+                .all(|c| c.is_timeout() && c.to_string() == "redis did not answer")
+        );
+        let counted: Vec<bool> = copies.iter().map(Error::counts_for_breaker).collect();
+        assert_eq!(counted, [true, false, false]);
+        assert!(failure.counts_for_breaker() && failure.counts_for_breaker());
+    }
+}

@@ -114,7 +114,12 @@ async fn prepare(limiter: &Limiter) {
 }
 
 fn scripts_run(server: &RedisServer) -> u64 {
-    let calls = command_calls(&mut server.connection());
+    scripts_run_on(&mut server.connection())
+}
+
+/// The script calls a server has run so far.
+fn scripts_run_on(connection: &mut deadpool_redis::redis::Connection) -> u64 {
+    let calls = command_calls(connection);
     ["evalsha", "eval"]
         .iter()
         .filter_map(|name| calls.get(*name))
@@ -219,4 +224,57 @@ fn corrupt_state_fails_only_its_own_check_in_a_batch() {
             Ok(decisions) => assert!(i != 7 && decisions.allowed(), "c{i}"),
         }
     }
+}
+
+/// 256 concurrent checks of one hot client, limit 100: exactly 100 admitted, in fewer script
+/// calls than checks; `calls` reads the servers' script calls so far.
+async fn hot_client_batches(limiter: &Limiter, calls: impl Fn() -> u64) {
+    let set = Arc::new(set_of(&[policy(
+        Algorithm::FixedWindow,
+        100,
+        3_600_000,
+        None,
+    )]));
+    let before = calls();
+    let tasks: Vec<_> = (0..256)
+        .map(|_| {
+            let (limiter, set) = (limiter.clone(), Arc::clone(&set));
+            tokio::spawn(async move { limiter.check(&set, "hot").at(at_ms(T0)).await })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += u64::from(task.await.expect("a task").expect("a check").allowed());
+    }
+    let sent = calls() - before;
+    assert_eq!(admitted, 100);
+    assert!(sent < 128, "{sent} script calls for 256 checks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_hot_client_is_batched_on_its_slot() {
+    let cluster = redlimit_tests::RedisCluster::start();
+    let backend = redlimit::RedisBackend::cluster(cluster.urls())
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid urls");
+    hot_client_batches(&Limiter::new(backend), || {
+        cluster
+            .primaries()
+            .into_iter()
+            .map(|port| scripts_run_on(&mut cluster.connection(port)))
+            .sum()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_through_sentinel_are_batched() {
+    let setup = redlimit_tests::RedisSentinel::start();
+    let backend =
+        redlimit::RedisBackend::sentinel(setup.urls(), redlimit_tests::RedisSentinel::MASTER)
+            .budget(Duration::from_secs(5))
+            .build()
+            .expect("valid urls");
+    hot_client_batches(&Limiter::new(backend), || scripts_run(setup.primary())).await;
 }

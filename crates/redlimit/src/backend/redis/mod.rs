@@ -1,5 +1,5 @@
-//! The Redis backend: one `EVALSHA` per check over a pooled multiplexed connection, on a
-//! standalone server, a Cluster, or a Sentinel-managed primary.
+//! The Redis backend: one `EVALSHA` per check, or per batch of concurrent checks, over a pooled
+//! multiplexed connection, on a standalone server, a Cluster, or a Sentinel-managed primary.
 
 use std::{
     fmt,
@@ -45,7 +45,11 @@ use crate::{
 /// or a Sentinel-managed primary ([`sentinel`](Self::sentinel), feature `sentinel`).
 ///
 /// Every check is one `EVALSHA`: of a small script per algorithm for one policy, of one script
-/// with every algorithm for several, so a check of several policies is still one round trip; a node that lacks the script (`NOSCRIPT`) gets it by `EVAL` in the same retry. A redis-rs
+/// with every algorithm for several, so a check of several policies is still one round trip; a
+/// node that lacks the script (`NOSCRIPT`) gets it by `EVAL` in the same retry. Checks that
+/// arrive while two calls are in flight wait and go together as one call when one returns,
+/// each decided as it would be alone at that call's time (see [the algorithms
+/// guide](crate::guide::algorithms)); a lone check goes at once. A redis-rs
 /// multiplexed connection carries any number of concurrent checks, so the backend keeps one
 /// checked out and shares it instead of paying the pool's health-check `PING` on every checkout;
 /// it goes back to the pool for a fresh one only when a command fails or times out. Nothing
