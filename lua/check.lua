@@ -7,18 +7,19 @@
 -- by a policy that bans counts towards a ban.
 
 local now_us, _ = nil, nil
--- out: every request's reply; the first request's own, so a lone request copies nothing.
-local out, a, k = nil, 3, 1
+-- out: every request's reply, written in place; kept: what each policy's take needs, nine
+-- values per policy, reused by every request (no table per request or policy).
+local out, kept, a, k = {}, {}, 3, 1
 for _ = 1, tonumber(ARGV[2]) do
   local cost, count, reserve, once_window
   cost, count, reserve, once_window, _, a = read_header(ARGV, a)
-  local idem, reply = nil, nil
+  local idem, stored = nil, nil
   if once_window then
     idem = KEYS[k]
     k = k + 1
-    reply = seen_before(idem)
+    stored = seen_before(idem)
   end
-  if reply then
+  if stored then
     local length = 4 * count + (reserve and 1 or 0)
     for _ = 1, count do
       local overridable
@@ -28,14 +29,17 @@ for _ = 1, tonumber(ARGV[2]) do
       end
     end
     -- A reply of another shape would misalign every later request's in a batch.
-    if #reply ~= length then
+    if #stored ~= length then
       corrupt(idem, 'holds the reply of another request')
+    end
+    for i = 1, length do
+      out[#out + 1] = stored[i]
     end
   else
     now_us = now_us or clock(ARGV[1])
-    -- limits: the limit in force of each policy that takes overrides, made at the first.
-    local kept, admitted, limits = {}, true, nil
-    reply = {}
+    -- This request's reply starts after base; limits: the limit in force of each policy that
+    -- takes overrides, made at the first.
+    local base, admitted, limits = #out, true, nil
     for i = 1, count do
       local name, key, limit, window, burst, overridable, ban, skey, bkey, slack
       name, key, limit, window, burst, overridable, ban, skey, bkey, slack, a, k = read_policy(ARGV, KEYS, a, k)
@@ -60,36 +64,31 @@ for _ = 1, tonumber(ARGV[2]) do
           end
         end
       end
-      reply[4 * i - 3], reply[4 * i - 2], reply[4 * i - 1], reply[4 * i] = allowed, remaining, reset, retry
-      kept[i] = { take, key, limit, window, burst, b, c, d, e }
+      local r, j = base + 4 * i, 9 * i
+      out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
+      kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = take, key, limit, window, burst
+      kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
       if allowed ~= 1 then
         admitted = false
       end
     end
     if admitted and cost > 0 then
       for i = 1, count do
-        local t = kept[i]
-        reply[4 * i - 2], reply[4 * i - 1] = t[1](t[2], t[3], t[4], t[5], now_us, cost, t[6], t[7], t[8], t[9])
+        local j = 9 * i
+        out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
       end
     end
     for i = 1, limits and #limits or 0 do
-      reply[#reply + 1] = limits[i]
+      out[#out + 1] = limits[i]
     end
     if reserve then
-      reply[#reply + 1] = 0
+      out[#out + 1] = 0
     end
     if idem then
-      remember(idem, reply, once_window)
+      remember(idem, out, base + 1, #out, once_window)
     end
     if reserve then
-      reply[#reply] = now_us
-    end
-  end
-  if out == nil then
-    out = reply
-  else
-    for i = 1, #reply do
-      out[#out + 1] = reply[i]
+      out[#out] = now_us
     end
   end
 end

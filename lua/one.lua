@@ -32,7 +32,7 @@ if reserve then
   reply[5] = 0
 end
 if idem then
-  remember(idem, reply, window_once)
+  remember(idem, reply, 1, #reply, window_once)
 end
 if reserve then
   reply[5] = now_us

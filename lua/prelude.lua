@@ -97,10 +97,11 @@ local function seen_before(idem)
   return reply
 end
 
-local function remember(idem, reply, window)
+-- Remembers reply[first .. last], the request's own part of a batch's reply.
+local function remember(idem, reply, first, last, window)
   local parts = {}
-  for i = 1, #reply do
-    parts[i] = str(reply[i])
+  for i = first, last do
+    parts[#parts + 1] = str(reply[i])
   end
   redis.call('SET', idem, table.concat(parts, ','), 'PX', window)
 end
