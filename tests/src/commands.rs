@@ -92,3 +92,15 @@ pub fn commands_sent(
     }
     total
 }
+
+/// Script calls (`EVALSHA` and `EVAL`) a server has run so far, and the µs it spent in them.
+pub fn script_calls(connection: &mut redis::Connection) -> Sent {
+    let calls = command_calls(connection);
+    ["evalsha", "eval"]
+        .iter()
+        .filter_map(|name| calls.get(*name))
+        .fold(Sent::default(), |total, stat| Sent {
+            commands: total.commands + stat.calls,
+            usec: total.usec + stat.usec,
+        })
+}

@@ -18,7 +18,7 @@ mod server;
 
 pub use self::{
     cluster::RedisCluster,
-    commands::{CommandStat, Sent, command_calls, commands_sent},
+    commands::{CommandStat, Sent, command_calls, commands_sent, script_calls},
     http::{HttpResponse, TestClock, http_get, serve},
     sentinel::RedisSentinel,
     server::{RedisServer, flush_all, free_port, keys_without_ttl, redis_server_binary},

@@ -14,7 +14,7 @@ use std::{
 
 use deadpool_redis::redis::{self, aio::MultiplexedConnection};
 use redlimit::{Algorithm, Limiter, Policy, PolicySet};
-use redlimit_tests::command_calls;
+use redlimit_tests::script_calls;
 
 use crate::{
     Settings,
@@ -224,15 +224,6 @@ fn thread(
     })
 }
 
-/// Script calls so far, and the µs Redis spent running them.
-fn script_calls(admin: &mut redis::Connection) -> (u64, u64) {
-    let calls = command_calls(admin);
-    ["evalsha", "eval"]
-        .iter()
-        .filter_map(|name| calls.get(*name))
-        .fold((0, 0), |(n, us), stat| (n + stat.calls, us + stat.usec))
-}
-
 /// One contender on one key distribution: its row.
 fn measure(
     name: &str,
@@ -261,8 +252,8 @@ fn measure(
         latencies.extend(thread.join().expect("a client thread"));
     }
     let elapsed = started.elapsed();
-    let (cpu, (calls, usec)) = (server_cpu(admin) - cpu, script_calls(admin));
-    let (calls, usec) = (calls - before.0, usec - before.1);
+    let (cpu, after) = (server_cpu(admin) - cpu, script_calls(admin));
+    let (calls, usec) = (after.commands - before.commands, after.usec - before.usec);
     latencies.sort_unstable();
     let count = latencies.len() as f64;
     let percentile = |p: usize| latencies[(latencies.len() * p / 100).min(latencies.len() - 1)];

@@ -8,7 +8,7 @@ use proptest::{
     test_runner::{Config, TestRunner},
 };
 use redlimit::{Algorithm, Ban, Decisions, Limiter, Override, Policy, PolicySet};
-use redlimit_tests::{RedisServer, command_calls};
+use redlimit_tests::{RedisServer, script_calls};
 
 use crate::support::{T0, at_ms, policy, set_of};
 
@@ -119,12 +119,7 @@ fn scripts_run(server: &RedisServer) -> u64 {
 
 /// The script calls a server has run so far.
 fn scripts_run_on(connection: &mut deadpool_redis::redis::Connection) -> u64 {
-    let calls = command_calls(connection);
-    ["evalsha", "eval"]
-        .iter()
-        .filter_map(|name| calls.get(*name))
-        .map(|stat| stat.calls)
-        .sum()
+    script_calls(connection).commands
 }
 
 #[test]

@@ -192,10 +192,10 @@ pub(crate) fn override_value(overridden: &Policy, key: &str) -> String {
 
 impl Call {
     /// One call of the requests of `calls` (each [`encode`]d alone, all at one time), in order.
-    pub(crate) fn joined<'a>(calls: impl Iterator<Item = &'a Call> + Clone) -> Self {
+    pub(crate) fn joined<'a>(calls: impl Iterator<Item = &'a Call>) -> Self {
         let (mut keys, mut args) = (Vec::new(), Vec::new());
         let mut requests = 0;
-        for call in calls.clone() {
+        for call in calls {
             keys.extend(call.keys.iter().cloned());
             if args.is_empty() {
                 args.extend(call.args.first().cloned());
