@@ -6,25 +6,26 @@
 -- request, otherwise before it. A banned client is denied until its ban ends, and every denial
 -- by a policy that bans counts towards a ban.
 
-local now_us, _ = nil, nil
+local sets, a = read_sets(ARGV)
+local now_us, k, last, _ = nil, 1, #ARGV, nil
 -- out: every request's reply, written in place; kept: what each policy's take needs, nine
 -- values per policy, reused by every request (no table per request or policy).
-local out, kept, a, k = {}, {}, 3, 1
-for _ = 1, tonumber(ARGV[2]) do
-  local cost, count, reserve, once_window
-  cost, count, reserve, once_window, _, a = read_header(ARGV, a)
-  local idem, stored = nil, nil
+local out, kept = {}, {}
+while a <= last do
+  local cost, set, reserve, once_window, idem, stored
+  cost, set, reserve, once_window, _, a = read_request(ARGV, a)
+  set = sets[set]
   if once_window then
     idem = KEYS[k]
     k = k + 1
     stored = seen_before(idem)
   end
   if stored then
-    local length = 4 * count + (reserve and 1 or 0)
-    for _ = 1, count do
-      local overridable
-      _, _, _, _, _, overridable, _, _, _, _, a, k = read_policy(ARGV, KEYS, a, k, true)
-      if overridable then
+    local length = 4 * #set + (reserve and 1 or 0)
+    for i = 1, #set do
+      local p = set[i]
+      _, _, _, _, _, _, k = policy_keys(p, KEYS, k, true)
+      if p.overrides then
         length = length + 1
       end
     end
@@ -40,14 +41,15 @@ for _ = 1, tonumber(ARGV[2]) do
     -- This request's reply starts after base; limits: the limit in force of each policy that
     -- takes overrides, made at the first.
     local base, admitted, limits = #out, true, nil
-    for i = 1, count do
-      local name, key, limit, window, burst, overridable, ban, skey, bkey, slack
-      name, key, limit, window, burst, overridable, ban, skey, bkey, slack, a, k = read_policy(ARGV, KEYS, a, k)
-      if overridable then
+    for i = 1, #set do
+      local p = set[i]
+      local key, limit, window, burst, skey, bkey
+      key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
+      if p.overrides then
         limits = limits or {}
         limits[#limits + 1] = limit
       end
-      local decide, take = algorithm(name)
+      local ban = p.ban
       local allowed, remaining, reset, retry, b, c, d, e
       local left = nil
       if ban then
@@ -56,7 +58,7 @@ for _ = 1, tonumber(ARGV[2]) do
       if left then
         allowed, remaining, reset, retry = 2, 0, left, left
       else
-        allowed, remaining, reset, retry, b, c, d, e = decide(key, limit, window, burst, now_us, cost, slack)
+        allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
         if allowed == 0 and ban and retry ~= NEVER then
           local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
           if length then
@@ -66,14 +68,14 @@ for _ = 1, tonumber(ARGV[2]) do
       end
       local r, j = base + 4 * i, 9 * i
       out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
-      kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = take, key, limit, window, burst
+      kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
       kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
       if allowed ~= 1 then
         admitted = false
       end
     end
     if admitted and cost > 0 then
-      for i = 1, count do
+      for i = 1, #set do
         local j = 9 * i
         out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
       end

@@ -3,10 +3,11 @@
 -- OVERRIDES), the key and numbers it names are inspected instead. Reply: allowed (1/0),
 -- remaining and reset (ms) now, retry (ms), the key's PTTL (ms; -2 when absent), its state as
 -- field, value pairs, the limit in force, and the key inspected.
-local cost, _, _, _, _, a = read_header(ARGV, 3)
-local name, key, limit, window, burst = read_policy(ARGV, KEYS, a, 1)
-local decide = algorithm(name)
-local allowed, remaining, reset, retry = decide(key, limit, window, burst, clock(ARGV[1]), cost)
+local sets, a = read_sets(ARGV)
+local cost = read_request(ARGV, a)
+local p = sets[1][1]
+local key, limit, window, burst = policy_keys(p, KEYS, 1)
+local allowed, remaining, reset, retry = p.decide(key, limit, window, burst, clock(ARGV[1]), cost)
 local kind = redis.call('TYPE', key)['ok']
 local state = {}
 if kind == 'hash' then

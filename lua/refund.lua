@@ -2,18 +2,17 @@
 -- protocol.lua for the arguments: each request carries its reservation's time, TAKEN_AT). Each
 -- algorithm's refund gives back at most the cost, only to the state the reservation counted in,
 -- never below empty. Reply, per request: how many of its policies gave something back.
-local now_us, _ = clock(ARGV[1]), nil
-local out, a, k = {}, 3, 1
-for r = 1, tonumber(ARGV[2]) do
-  local cost, count, taken_at
-  cost, count, _, _, taken_at, a = read_header(ARGV, a)
+local sets, a = read_sets(ARGV)
+local now_us, out, k, last, _ = clock(ARGV[1]), {}, 1, #ARGV, nil
+while a <= last do
+  local cost, set, taken_at
+  cost, set, _, _, taken_at, a = read_request(ARGV, a)
   local refunded = 0
-  for _ = 1, count do
-    local name, key, limit, window, burst
-    name, key, limit, window, burst, _, _, _, _, _, a, k = read_policy(ARGV, KEYS, a, k)
-    local _, _, refund = algorithm(name)
-    refunded = refunded + refund(key, limit, window, burst, now_us, cost, taken_at)
+  for _, p in ipairs(sets[set]) do
+    local key, limit, window, burst
+    key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
+    refunded = refunded + p.refund(key, limit, window, burst, now_us, cost, taken_at)
   end
-  out[r] = refunded
+  out[#out + 1] = refunded
 end
 return out

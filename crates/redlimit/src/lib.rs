@@ -119,9 +119,10 @@ struct ReadmeDoctests;
 /// The Lua source of the script that the Redis backend runs with `EVALSHA` for any check that
 /// the smaller script of one algorithm ([`script_of`]) cannot run: every algorithm, one entry
 /// point, any requests of any policies. Its `KEYS` and `ARGV` are described at the head of
-/// `lua/protocol.lua`: the time in microseconds (or empty for Redis `TIME`) and the number of
-/// requests, then per request its cost, number of policies and flags, then per policy its
-/// algorithm, limit, window in milliseconds, burst and flags. Reply, per request: four integers
+/// `lua/protocol.lua`: the time in microseconds (or empty for Redis `TIME`), the number of
+/// policy sets, then per set its number of policies and per policy its algorithm, limit, window
+/// in milliseconds, burst and flags; then to the end, per request, its cost and its head (its
+/// flags plus 8 times its set's number, from 1). Reply, per request: four integers
 /// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). For
 /// preloading with `SCRIPT LOAD`, or for measuring against.
 pub const SCRIPT: &str = backend::redis::CHECK;

@@ -1,8 +1,8 @@
 //! The Redis wire protocol, the client's half of `lua/protocol.lua`: every script call's `KEYS`
 //! and `ARGV` are built here ([`encode`], [`lease`], [`Call::keys`]), and every check's reply is
-//! read here ([`decode`]). A call carries a list of requests (one today), each with a fixed
-//! header of cost, number of policies and flags, so no script infers what it was sent from how
-//! many arguments there are.
+//! read here ([`decode`]). A call carries its policy sets once, then a list of requests (one
+//! check, or a batch of them), each a fixed header of cost and flags naming its set, so no
+//! script infers what it was sent from how many arguments there are.
 
 use deadpool_redis::redis::{Cmd, RedisError};
 
@@ -103,46 +103,69 @@ enum Arg {
     Owned(String),
 }
 
+impl Arg {
+    fn write(&self, cmd: &mut Cmd) {
+        match self {
+            Self::Int(n) => cmd.arg(*n),
+            Self::Text(text) => cmd.arg(*text),
+            Self::Owned(text) => cmd.arg(text),
+        };
+    }
+}
+
 /// One script call: its `KEYS` and `ARGV`, built in one place.
 pub(crate) struct Call {
     pub(crate) keys: Vec<String>,
-    args: Vec<Arg>,
+    args: Args,
+}
+
+enum Args {
+    /// A lease's or a key command's arguments, as sent.
+    Plain(Vec<Arg>),
+    /// Checks (or refunds): each policy set once, however many requests name it, so a batch
+    /// of one route's checks sends its numbers once and each request as its cost and head.
+    Requests {
+        now_us: Option<u64>,
+        sets: Vec<Vec<Arg>>,
+        requests: Vec<Encoded>,
+    },
+}
+
+/// One request's arguments: its cost, flags and set (the set's number is its place in the
+/// call, given when the call is sent), then the request id's window and the reservation's time
+/// when its flags say so.
+struct Encoded {
+    cost: u64,
+    flags: u64,
+    set: usize,
+    extra: Vec<Arg>,
 }
 
 /// The call checking (or refunding) `requests` at `now_us` (`None`: Redis `TIME`).
 pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Request<'_>]) -> Call {
     let mut keys = Vec::new();
-    let mut args = Vec::with_capacity(2 + requests.len() * 10);
-    args.push(now_us.map_or(Arg::Text(""), Arg::Int));
-    args.push(Arg::Int(requests.len() as u64));
+    let mut sets: Vec<Vec<Arg>> = Vec::new();
+    let mut encoded = Vec::with_capacity(requests.len());
     for request in requests {
         let mut flags = 0;
-        if request.once.is_some() {
+        let mut extra = Vec::new();
+        if let Some((id, window_ms)) = request.once {
             flags |= ONCE;
+            extra.push(Arg::Int(window_ms));
+            keys.push(scheme.once(request.policies, request.client, id, request.reserve));
         }
         if request.reserve {
             flags |= RESERVE;
         }
-        if request.taken_at_us.is_some() {
-            flags |= TAKEN_AT;
-        }
-        // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
-        args.push(Arg::Int(request.cost.min(MAX_EXACT)));
-        args.push(Arg::Int(request.policies.len() as u64));
-        args.push(Arg::Int(flags));
-        if let Some((_, window_ms)) = request.once {
-            args.push(Arg::Int(window_ms));
-        }
         if let Some(at_us) = request.taken_at_us {
-            args.push(Arg::Int(at_us));
+            flags |= TAKEN_AT;
+            extra.push(Arg::Int(at_us));
         }
-        if let Some((id, _)) = request.once {
-            keys.push(scheme.once(request.policies, request.client, id, request.reserve));
-        }
+        let mut set = vec![Arg::Int(request.policies.len() as u64)];
         for policy in request.policies {
             let marks = request.marks_of(policy);
             let delay = if policy.max_delay_ms() > 0 { DELAY } else { 0 };
-            args.extend([
+            set.extend([
                 Arg::Text(policy.algorithm().tag()),
                 Arg::Int(policy.limit()),
                 Arg::Int(policy.window_ms()),
@@ -154,28 +177,50 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
                 keys.push(scheme.override_key(policy, request.client));
             }
             if let Some(ban) = policy.ban().filter(|_| marks & BAN != 0) {
-                args.extend(ban.millis().unwrap_or_default().map(Arg::Int));
+                set.extend(ban.millis().unwrap_or_default().map(Arg::Int));
                 keys.push(scheme.strikes_key(policy, request.client));
                 keys.push(scheme.ban_key(policy, request.client));
             }
             if delay != 0 {
-                args.push(Arg::Int(policy.max_delay_ms()));
+                set.push(Arg::Int(policy.max_delay_ms()));
             }
         }
+        encoded.push(Encoded {
+            // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
+            cost: request.cost.min(MAX_EXACT),
+            flags,
+            set: set_of(&mut sets, set),
+            extra,
+        });
     }
-    Call { keys, args }
+    Call {
+        keys,
+        args: Args::Requests {
+            now_us,
+            sets,
+            requests: encoded,
+        },
+    }
+}
+
+/// The place of `set` in `sets`, added when it is not there yet.
+fn set_of(sets: &mut Vec<Vec<Arg>>, set: Vec<Arg>) -> usize {
+    sets.iter().position(|s| *s == set).unwrap_or_else(|| {
+        sets.push(set);
+        sets.len() - 1
+    })
 }
 
 /// The call acquiring (or, with `limit` 0, renewing) lease `id` of `ttl_ms` in the set at `key`.
 pub(crate) fn lease(key: String, limit: u64, ttl_ms: u64, id: &str) -> Call {
     Call {
         keys: vec![key],
-        args: vec![
+        args: Args::Plain(vec![
             Arg::Text(""),
             Arg::Int(limit),
             Arg::Int(ttl_ms),
             Arg::Owned(id.to_owned()),
-        ],
+        ]),
     }
 }
 
@@ -193,42 +238,62 @@ pub(crate) fn override_value(overridden: &Policy, key: &str) -> String {
 impl Call {
     /// One call of the requests of `calls` (each [`encode`]d alone, all at one time), in order.
     pub(crate) fn joined<'a>(calls: impl Iterator<Item = &'a Call>) -> Self {
-        let (mut keys, mut args) = (Vec::new(), Vec::new());
-        let mut requests = 0;
+        let (mut keys, mut sets, mut requests, mut time) =
+            (Vec::new(), Vec::new(), Vec::new(), None);
         for call in calls {
             keys.extend(call.keys.iter().cloned());
-            if args.is_empty() {
-                args.extend(call.args.first().cloned());
-                args.push(Arg::Int(0));
+            if let Args::Requests {
+                now_us,
+                sets: own,
+                requests: theirs,
+            } = &call.args
+            {
+                time = *now_us;
+                for request in theirs {
+                    requests.push(Encoded {
+                        set: set_of(&mut sets, own[request.set].clone()),
+                        extra: request.extra.clone(),
+                        ..*request
+                    });
+                }
             }
-            args.extend(call.args[2..].iter().cloned());
-            requests += 1;
         }
-        if let Some(count) = args.get_mut(1) {
-            *count = Arg::Int(requests);
+        Self {
+            keys,
+            args: Args::Requests {
+                now_us: time,
+                sets,
+                requests,
+            },
         }
-        Self { keys, args }
     }
 
-    /// A check's time: its first argument, equal for calls that may be joined.
+    /// A check's time, equal for calls that may be joined.
     pub(crate) fn time(&self) -> Option<u64> {
-        match self.args.first() {
-            Some(Arg::Int(at)) => Some(*at),
-            _ => None,
+        match &self.args {
+            Args::Requests { now_us, .. } => *now_us,
+            Args::Plain(_) => None,
         }
     }
 
     /// Roughly the bytes it sends, to bound a batch.
     pub(crate) fn size(&self) -> usize {
         let keys: usize = self.keys.iter().map(|k| k.len() + 8).sum();
-        keys + self.args.len() * 8
+        let args = match &self.args {
+            Args::Plain(args) => args.len(),
+            Args::Requests { sets, requests, .. } => {
+                sets.iter().map(Vec::len).sum::<usize>()
+                    + requests.iter().map(|r| 2 + r.extra.len()).sum::<usize>()
+            }
+        };
+        keys + args * 8
     }
 
     /// A command about `keys`, all in one slot, with no arguments of the protocol's.
     pub(crate) fn keys(keys: Vec<String>) -> Self {
         Self {
             keys,
-            args: Vec::new(),
+            args: Args::Plain(Vec::new()),
         }
     }
 
@@ -247,12 +312,23 @@ impl Call {
     fn command(&self, name: &str, script: &str) -> Cmd {
         let mut cmd = deadpool_redis::redis::cmd(name);
         cmd.arg(script).arg(self.keys.len()).arg(&self.keys);
-        for arg in &self.args {
-            match arg {
-                Arg::Int(n) => cmd.arg(*n),
-                Arg::Text(text) => cmd.arg(*text),
-                Arg::Owned(text) => cmd.arg(text),
-            };
+        match &self.args {
+            Args::Plain(args) => args.iter().for_each(|arg| arg.write(&mut cmd)),
+            Args::Requests {
+                now_us,
+                sets,
+                requests,
+            } => {
+                now_us.map_or(Arg::Text(""), Arg::Int).write(&mut cmd);
+                cmd.arg(sets.len());
+                sets.iter().flatten().for_each(|arg| arg.write(&mut cmd));
+                for request in requests {
+                    // The head: the flags below 8, the set's number (from 1) above.
+                    let head = request.flags + 8 * (request.set as u64 + 1);
+                    cmd.arg(request.cost).arg(head);
+                    request.extra.iter().for_each(|arg| arg.write(&mut cmd));
+                }
+            }
         }
         cmd
     }
@@ -409,4 +485,62 @@ fn answer(four: &[i64]) -> Result<Answer, Error> {
         (_, -2) => Answer::denied(view, Denial::Never),
         (_, ms) => Answer::denied(view, Denial::RetryAfterMs(unsigned(ms)?)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use deadpool_redis::redis::Arg as Sent;
+
+    use super::*;
+
+    fn policy(name: &str, algorithm: Algorithm, limit: u64) -> Policy {
+        Policy::builder(name, algorithm)
+            .limit(limit)
+            .window(Duration::from_secs(60))
+            .build()
+            .expect("a valid policy")
+    }
+
+    /// ARGV of `call`'s `EVAL` as text: what follows the script, the key count and the keys.
+    fn argv(call: &Call) -> Vec<String> {
+        call.command("EVAL", "")
+            .args_iter()
+            .skip(3 + call.keys.len())
+            .map(|arg| match arg {
+                Sent::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_joined_call_sends_each_policy_set_once_and_each_request_as_cost_and_head() {
+        let scheme = KeyScheme::new("t").expect("a prefix");
+        let (a, b) = (
+            [policy("a", Algorithm::FixedWindow, 5)],
+            [policy("b", Algorithm::Gcra, 7)],
+        );
+        let one = |policies: &[Policy], client: &str, cost: u64| {
+            let request = Request {
+                cost,
+                ..Request::new(policies, client)
+            };
+            encode(&scheme, Some(42), &[request])
+        };
+        let calls = [one(&a, "x", 1), one(&b, "y", 2), one(&a, "z", 3)];
+        let joined = Call::joined(calls.iter());
+        assert_eq!(joined.keys.len(), 3);
+        assert_eq!(joined.time(), Some(42));
+        assert_eq!(
+            argv(&joined),
+            [
+                "42", "2", // the time, two sets
+                "1", "fw", "5", "60000", "5", "0", // set 1: a
+                "1", "gcra", "7", "60000", "7", "0", // set 2: b
+                "1", "8", "2", "16", "3", "8", // cost and head (flags + 8 × set) each
+            ]
+        );
+    }
 }
