@@ -9,7 +9,8 @@
 local sets, a = read_sets(ARGV)
 local now_us, k, last, _ = nil, 1, #ARGV, nil
 -- out: every request's reply, written in place; kept: what each policy's take needs, nine
--- values per policy, reused by every request (no table per request or policy).
+-- values per policy, reused by every request of several policies (no table per request or
+-- policy); a lone policy takes as soon as it admits.
 local out, kept = {}, {}
 while a <= last do
   local cost, set, reserve, once_window, idem, stored
@@ -40,7 +41,7 @@ while a <= last do
     now_us = now_us or clock(ARGV[1])
     -- This request's reply starts after base; limits: the limit in force of each policy that
     -- takes overrides, made at the first.
-    local base, admitted, limits = #out, true, nil
+    local base, admitted, limits, lone = #out, true, nil, #set == 1
     for i = 1, #set do
       local p = set[i]
       local key, limit, window, burst, skey, bkey
@@ -66,15 +67,20 @@ while a <= last do
           end
         end
       end
-      local r, j = base + 4 * i, 9 * i
-      out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
-      kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
-      kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
       if allowed ~= 1 then
         admitted = false
+      elseif cost > 0 and lone then
+        -- Nothing else to wait for: take at once, keeping nothing.
+        remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
+      else
+        local j = 9 * i
+        kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
+        kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
       end
+      local r = base + 4 * i
+      out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
     end
-    if admitted and cost > 0 then
+    if admitted and cost > 0 and not lone then
       for i = 1, #set do
         local j = 9 * i
         out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
