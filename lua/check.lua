@@ -6,98 +6,121 @@
 -- request, otherwise before it. A banned client is denied until its ban ends, and every denial
 -- by a policy that bans counts towards a ban.
 
-local sets, a = read_sets(ARGV)
-local now_us, k, last, _ = nil, 1, #ARGV, nil
--- out: every request's reply, written in place; kept: what each policy's take needs, nine
--- values per policy, reused by every request of several policies (no table per request or
--- policy); a lone policy takes as soon as it admits.
-local out, kept = {}, {}
-while a <= last do
-  local cost, set, reserve, once_window, idem, stored
-  cost, set, reserve, once_window, _, a = read_request(ARGV, a)
-  set = sets[set]
-  if once_window then
-    idem = KEYS[k]
-    k = k + 1
-    stored = seen_before(idem)
-  end
-  if stored then
-    local length = 4 * #set + (reserve and 1 or 0)
-    for i = 1, #set do
-      local p = set[i]
-      _, _, _, _, _, _, k = policy_keys(p, KEYS, k, true)
-      if p.overrides then
-        length = length + 1
-      end
+local sets, first = read_sets(ARGV)
+-- done: the length of out once its last whole reply was written.
+local done = 0
+
+-- Decides the requests from ARGV[a] on, writing each one's reply into out in place; kept: what
+-- each policy's take needs, nine values per policy, reused by every request of several policies
+-- (no table per request or policy); a lone policy takes as soon as it admits.
+local function decide_requests(out, kept, a)
+  local now_us, k, last, _ = nil, 1, #ARGV, nil
+  while a <= last do
+    local cost, set, reserve, once_window, idem, stored
+    cost, set, reserve, once_window, _, a = read_request(ARGV, a)
+    set = sets[set]
+    if once_window then
+      idem = KEYS[k]
+      k = k + 1
+      stored = seen_before(idem)
     end
-    -- A reply of another shape would misalign every later request's in a batch.
-    if #stored ~= length then
-      corrupt(idem, 'holds the reply of another request')
-    end
-    for i = 1, length do
-      out[#out + 1] = stored[i]
-    end
-  else
-    now_us = now_us or clock(ARGV[1])
-    -- This request's reply starts after base; limits: the limit in force of each policy that
-    -- takes overrides, made at the first.
-    local base, admitted, limits, lone = #out, true, nil, #set == 1
-    for i = 1, #set do
-      local p = set[i]
-      local key, limit, window, burst, skey, bkey
-      key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
-      if p.overrides then
-        limits = limits or {}
-        limits[#limits + 1] = limit
-      end
-      local ban = p.ban
-      local allowed, remaining, reset, retry, b, c, d, e
-      local left = nil
-      if ban then
-        left = marks_of().banned(bkey, div(now_us, 1000))
-      end
-      if left then
-        allowed, remaining, reset, retry = 2, 0, left, left
-      else
-        allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
-        if allowed == 0 and ban and retry ~= NEVER then
-          local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
-          if length then
-            allowed, reset, retry = 2, max(reset, length), length
-          end
+    if stored then
+      local length = 4 * #set + (reserve and 1 or 0)
+      for i = 1, #set do
+        local p = set[i]
+        _, _, _, _, _, _, k = policy_keys(p, KEYS, k, true)
+        if p.overrides then
+          length = length + 1
         end
       end
-      if allowed ~= 1 then
-        admitted = false
-      elseif cost > 0 and lone then
-        -- Nothing else to wait for: take at once, keeping nothing.
-        remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
-      else
-        local j = 9 * i
-        kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
-        kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
+      -- A reply of another shape would misalign every later request's in a batch.
+      if #stored ~= length then
+        corrupt(idem, 'holds the reply of another request')
       end
-      local r = base + 4 * i
-      out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
-    end
-    if admitted and cost > 0 and not lone then
+      for i = 1, length do
+        out[#out + 1] = stored[i]
+      end
+    else
+      now_us = now_us or clock(ARGV[1])
+      -- This request's reply starts after base; limits: the limit in force of each policy that
+      -- takes overrides, made at the first.
+      local base, admitted, limits, lone = #out, true, nil, #set == 1
       for i = 1, #set do
-        local j = 9 * i
-        out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
+        local p = set[i]
+        local key, limit, window, burst, skey, bkey
+        key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
+        if p.overrides then
+          limits = limits or {}
+          limits[#limits + 1] = limit
+        end
+        local ban = p.ban
+        local allowed, remaining, reset, retry, b, c, d, e
+        local left = nil
+        if ban then
+          left = marks_of().banned(bkey, div(now_us, 1000))
+        end
+        if left then
+          allowed, remaining, reset, retry = 2, 0, left, left
+        else
+          allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
+          if allowed == 0 and ban and retry ~= NEVER then
+            local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
+            if length then
+              allowed, reset, retry = 2, max(reset, length), length
+            end
+          end
+        end
+        if allowed ~= 1 then
+          admitted = false
+        elseif cost > 0 and lone then
+          -- Nothing else to wait for: take at once, keeping nothing.
+          remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
+        else
+          local j = 9 * i
+          kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
+          kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
+        end
+        local r = base + 4 * i
+        out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
+      end
+      if admitted and cost > 0 and not lone then
+        for i = 1, #set do
+          local j = 9 * i
+          out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
+        end
+      end
+      for i = 1, limits and #limits or 0 do
+        out[#out + 1] = limits[i]
+      end
+      if reserve then
+        out[#out + 1] = 0
+      end
+      if idem then
+        remember(idem, out, base + 1, #out, once_window)
+      end
+      if reserve then
+        out[#out] = now_us
       end
     end
-    for i = 1, limits and #limits or 0 do
-      out[#out + 1] = limits[i]
+    done = #out
+  end
+end
+
+-- Redis keeps a script's writes when it fails, so a batch that stops at a request (its state
+-- corrupt) answers the requests decided before it, whose writes stand, and no more: the client
+-- sends that request and the rest again, and none is counted twice. One pcall per call.
+local out = {}
+local ok, err = pcall(decide_requests, out, {}, first)
+if not ok then
+  if done == 0 then
+    -- As raised, its code first (Redis 7.0's pcall hands the error over as its text alone).
+    if type(err) ~= 'table' then
+      err = { err = err }
     end
-    if reserve then
-      out[#out + 1] = 0
-    end
-    if idem then
-      remember(idem, out, base + 1, #out, once_window)
-    end
-    if reserve then
-      out[#out] = now_us
-    end
+    error(err, 0)
+  end
+  for i = #out, done + 1, -1 do
+    out[i] = nil
   end
 end
 return out

@@ -185,40 +185,75 @@ fn a_batch_decides_each_check_as_one_by_one_at_its_time() {
     );
 }
 
-#[test]
-fn corrupt_state_fails_only_its_own_check_in_a_batch() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+#[tokio::test]
+async fn corrupt_state_fails_only_its_own_check_in_a_batch() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     let set = Arc::new(set_of(&[policy(Algorithm::Gcra, 10, 60_000, Some(10))]));
-    let corrupt = limiter.keys().key(&set[0], "c7");
-    let _: () = deadpool_redis::redis::cmd("SET")
-        .arg(&corrupt)
-        .arg("not a time")
-        .query(&mut server.connection())
-        .expect("SET");
-    let outcomes: Vec<_> = runtime.block_on(async {
-        let tasks: Vec<_> = (0..16)
-            .map(|i| {
-                let (limiter, set) = (limiter.clone(), Arc::clone(&set));
-                tokio::spawn(async move { limiter.check(&set, &format!("c{i}")).await })
-            })
-            .collect();
-        let mut outcomes = Vec::new();
-        for task in tasks {
-            outcomes.push(task.await.expect("a task"));
-        }
-        outcomes
-    });
-    for (i, outcome) in outcomes.iter().enumerate() {
+    spoil(&server, &limiter, &set, 7..8);
+    for (i, outcome) in check_sixteen(&limiter, &set).await.iter().enumerate() {
         match outcome {
             Err(err) => assert!(i == 7 && err.is_corrupt_state(), "c{i}: {err}"),
-            Ok(decisions) => assert!(i != 7 && decisions.allowed(), "c{i}"),
+            // Counted once: the writes of the checks decided before c7 stand and are not
+            // taken again when the batch is sent again.
+            Ok(decisions) => assert!(
+                i != 7 && decisions.allowed() && decisions[0].remaining == 9,
+                "c{i}: {decisions:?}"
+            ),
         }
     }
+}
+
+#[tokio::test]
+async fn repairing_a_batch_deletes_only_the_corrupt_clients_state() {
+    let server = RedisServer::start();
+    let backend = redlimit::RedisBackend::builder(server.url())
+        .repair_corrupt_state(true)
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let limiter = Limiter::new(backend.clone());
+    let set = Arc::new(set_of(&[policy(Algorithm::Gcra, 10, 60_000, Some(10))]));
+    for outcome in check_sixteen(&limiter, &set).await {
+        assert_eq!(outcome.expect("a check")[0].remaining, 9);
+    }
+    // The first half spoiled: a batch holding both halves starts with a corrupt client.
+    spoil(&server, &limiter, &set, 0..8);
+    for (i, outcome) in check_sixteen(&limiter, &set).await.into_iter().enumerate() {
+        let remaining = outcome.expect("repaired or decided")[0].remaining;
+        assert_eq!(remaining, if i < 8 { 9 } else { 8 }, "c{i}");
+    }
+    assert_eq!(backend.repairs(), 8, "one repair per spoiled client");
+}
+
+/// Writes a value that is no state into the keys of clients `c{i}` for `spoiled`.
+fn spoil(server: &RedisServer, limiter: &Limiter, set: &PolicySet, spoiled: std::ops::Range<u8>) {
+    for i in spoiled {
+        let _: () = deadpool_redis::redis::cmd("SET")
+            .arg(limiter.keys().key(&set[0], &format!("c{i}")))
+            .arg("not a time")
+            .query(&mut server.connection())
+            .expect("SET");
+    }
+}
+
+/// Checks clients c0 to c15 at once on the test's one thread, so that all but the first wait
+/// and go together, in order.
+async fn check_sixteen(
+    limiter: &Limiter,
+    set: &Arc<PolicySet>,
+) -> Vec<Result<Decisions, redlimit::Error>> {
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let (limiter, set) = (limiter.clone(), Arc::clone(set));
+            tokio::spawn(async move { limiter.check(&set, &format!("c{i}")).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.expect("a task"));
+    }
+    outcomes
 }
 
 /// 256 concurrent checks of one hot client, limit 100: exactly 100 admitted, in fewer script

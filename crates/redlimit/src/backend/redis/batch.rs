@@ -128,8 +128,9 @@ impl RedisBackend {
     }
 
     /// One call for `group` (checks of one slot at one time), within the latest budget of its
-    /// members. A call that fails on corrupt state is sent again a check at a time, so only the
-    /// client whose key is corrupt sees it.
+    /// members. The script stops at a check whose state is corrupt and answers only the checks
+    /// before it (their writes stand); that check and the rest are sent again a check at a time,
+    /// so only the client whose key is corrupt sees it and none is counted twice.
     async fn send_group(&self, group: Vec<Waiting>) {
         let deadline = group
             .iter()
@@ -148,17 +149,20 @@ impl RedisBackend {
             self.call_script(&call, self.inner.scripts.of(None)),
         )
         .await;
-        match reply {
-            Err(err) if err.is_corrupt_state() => {
-                let mut alone = tokio::task::JoinSet::new();
-                for waiting in group {
-                    let redis = self.clone();
-                    alone.spawn(async move { redis.send_alone(waiting).await });
-                }
-                while alone.join_next().await.is_some() {}
+        let rest = match reply {
+            // Failed at the first check, before any was decided.
+            Err(err) if err.is_corrupt_state() => group,
+            Ok(reply) if reply.len() < group.iter().map(|w| w.member.reply_len).sum() => {
+                answer_decided(group, &reply)
             }
-            reply => answer(group, reply),
+            reply => return answer(group, reply),
+        };
+        let mut alone = tokio::task::JoinSet::new();
+        for waiting in rest {
+            let redis = self.clone();
+            alone.spawn(async move { redis.send_alone(waiting).await });
         }
+        while alone.join_next().await.is_some() {}
     }
 }
 
@@ -212,6 +216,22 @@ fn answer(group: Vec<Waiting>, reply: Result<Vec<i64>, Error>) {
         }
         Err(err) => fail(group, &err),
     }
+}
+
+/// Hands each member of `group` decided in `reply`, a batch's replies up to the check it stopped
+/// at, its part; returns the members after them.
+fn answer_decided(group: Vec<Waiting>, reply: &[i64]) -> Vec<Waiting> {
+    let mut rest = reply;
+    let mut members = group.into_iter();
+    for waiting in members.by_ref() {
+        if rest.len() < waiting.member.reply_len {
+            return std::iter::once(waiting).chain(members).collect();
+        }
+        let (mine, next) = rest.split_at(waiting.member.reply_len);
+        rest = next;
+        let _ = waiting.reply.send(Ok(mine.to_vec()));
+    }
+    Vec::new()
 }
 
 fn fail(group: Vec<Waiting>, err: &Error) {

@@ -295,7 +295,7 @@ impl RedisBackend {
         let inner = &self.inner;
         let (mut conn, generation) = self.connection().await?;
         let mut reply = self.run::<Vec<i64>>(call, script, &mut conn).await;
-        if inner.repair && matches!(&reply, Err(err) if call.error_is_corrupt(err)) {
+        if inner.repair && matches!(&reply, Err(err) if call.is_repairable(err)) {
             // Opted in: what cannot be read is deleted, and the check starts over.
             let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
                 .arg(&call.keys)

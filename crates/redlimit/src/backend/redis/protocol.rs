@@ -333,9 +333,14 @@ impl Call {
         cmd
     }
 
-    /// Whether `err` says a key of this call holds corrupt state.
-    pub(crate) fn error_is_corrupt(&self, err: &RedisError) -> bool {
-        matches!(err.code(), Some(CORRUPT | WRONGTYPE))
+    /// Whether `err` says a key of this call holds corrupt state that deleting the call's keys
+    /// repairs: never for a call of several requests, whose keys hold other clients' counts.
+    pub(crate) fn is_repairable(&self, err: &RedisError) -> bool {
+        let one = match &self.args {
+            Args::Plain(_) => true,
+            Args::Requests { requests, .. } => requests.len() == 1,
+        };
+        one && matches!(err.code(), Some(CORRUPT | WRONGTYPE))
     }
 
     /// Classifies a Redis error of this call: corrupt state (the script's own error, or a key
