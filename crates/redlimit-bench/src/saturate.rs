@@ -39,13 +39,12 @@ pub(crate) fn available() -> bool {
 fn contenders() -> Vec<Contender> {
     let keys = KeyScheme::new("bench").expect("a valid prefix");
     let client = "client-__rand_int__";
-    // The arguments redlimit sends for `policies` at Redis TIME: one request of cost 1, no
-    // flags (lua/protocol.lua).
+    // The arguments redlimit sends for `policies` at Redis TIME (lua/protocol.lua): one policy
+    // set, then one request of cost 1, no flags, of set 1 (its head: 8 x 1).
     let redlimit = |policies: &[Policy]| {
         let mut args = vec![policies.len().to_string()];
         args.extend(policies.iter().map(|p| keys.key(p, client)));
-        args.extend([String::new(), "1".to_owned(), "1".to_owned()]);
-        args.extend([policies.len().to_string(), "0".to_owned()]);
+        args.extend([String::new(), "1".to_owned(), policies.len().to_string()]);
         for p in policies {
             args.extend([
                 p.algorithm().tag().to_owned(),
@@ -55,6 +54,7 @@ fn contenders() -> Vec<Contender> {
                 "0".to_owned(),
             ]);
         }
+        args.extend(["1".to_owned(), "8".to_owned()]);
         args
     };
     // The naive script's window index from this process's clock, as its users compute it.
