@@ -196,12 +196,7 @@ async fn within(
 fn answer(group: Vec<Waiting>, reply: Result<Vec<i64>, Error>) {
     match reply {
         Ok(reply) if reply.len() == group.iter().map(|w| w.member.reply_len).sum() => {
-            let mut rest = &reply[..];
-            for waiting in group {
-                let (mine, next) = rest.split_at(waiting.member.reply_len);
-                rest = next;
-                let _ = waiting.reply.send(Ok(mine.to_vec()));
-            }
+            answer_decided(group, &reply);
         }
         Ok(reply) => {
             let err = Error::new(
@@ -218,8 +213,8 @@ fn answer(group: Vec<Waiting>, reply: Result<Vec<i64>, Error>) {
     }
 }
 
-/// Hands each member of `group` decided in `reply`, a batch's replies up to the check it stopped
-/// at, its part; returns the members after them.
+/// Hands each member of `group` decided in `reply` (a batch's replies, or those up to the check
+/// it stopped at) its part; returns the members after them.
 fn answer_decided(group: Vec<Waiting>, reply: &[i64]) -> Vec<Waiting> {
     let mut rest = reply;
     let mut members = group.into_iter();
