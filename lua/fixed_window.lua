@@ -1,6 +1,25 @@
 -- Fixed window, aligned (fw: windows start at multiples of the window) or anchored (fwa: the
--- window starts at the client's first hit). Hash: s = window start (ms), n = count.
--- The TTL is set when a window's counter is created and never extended.
+-- window starts at the client's first hit). A limit below PACK is one string, the window start
+-- (ms) and the count in six digits (start * 10^6 + n), so a take is one INCRBY; Redis counts it
+-- in 64-bit integers, exact until the year 2262. A larger limit keeps a hash: s = start, n =
+-- count. The TTL is set when a window's counter is created and never extended.
+local PACK = 1000000
+
+-- The window start and count at key: nil when absent.
+local function window_state(key, limit)
+  if limit >= PACK then
+    return ints(key, redis.call('HMGET', key, 's', 'n'))
+  end
+  local v = redis.call('GET', key)
+  if not v then
+    return nil
+  end
+  if #v > 19 or not match(v, '^%d+$') then
+    corrupt(key, 'holds a non-integer value')
+  end
+  -- Split as text: a double holds the whole number only below 2^53.
+  return tonumber(string.sub(v, 1, -7)) or 0, tonumber(string.sub(v, -6))
+end
 
 -- The quota with n counted in the window ending at finish.
 local function window_quota(limit, n, finish, now)
@@ -12,7 +31,7 @@ end
 
 local function window_decide(key, limit, window, now_us, cost, aligned)
   local now = div(now_us, 1000)
-  local start, n = ints(key, redis.call('HMGET', key, 's', 'n'))
+  local start, n = window_state(key, limit)
   local fresh = now
   if aligned then
     fresh = div(now, window) * window
@@ -42,11 +61,17 @@ end
 
 local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now)
   local finish = start + window
-  if n == 0 then
-    redis.call('HSET', key, 's', start, 'n', cost)
-    redis.call('PEXPIRE', key, finish - now)
+  if limit >= PACK then
+    if n == 0 then
+      redis.call('HSET', key, 's', start, 'n', cost)
+      redis.call('PEXPIRE', key, finish - now)
+    else
+      redis.call('HINCRBY', key, 'n', cost)
+    end
+  elseif n == 0 then
+    redis.call('SET', key, str(start) .. format('%06d', cost), 'PX', finish - now)
   else
-    redis.call('HINCRBY', key, 'n', cost)
+    redis.call('INCRBY', key, cost)
   end
   return window_quota(limit, n + cost, finish, now)
 end
@@ -54,10 +79,14 @@ end
 -- Counts in the window holding at_us: a newer window owes the reservation nothing.
 local fixed_window_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
   local at = div(at_us, 1000)
-  local start, n = ints(key, redis.call('HMGET', key, 's', 'n'))
+  local start, n = window_state(key, limit)
   if start == nil or at < start or at >= start + window or n == 0 then
     return 0
   end
-  redis.call('HSET', key, 'n', n - min(n, cost))
+  if limit >= PACK then
+    redis.call('HINCRBY', key, 'n', -min(n, cost))
+  else
+    redis.call('DECRBY', key, min(n, cost))
+  end
   return 1
 end

@@ -12,6 +12,10 @@ local kind = redis.call('TYPE', key)['ok']
 local state = {}
 if kind == 'hash' then
   state = redis.call('HGETALL', key)
+elseif kind == 'string' and p.take == fixed_window_take then
+  -- A fixed window of a limit below PACK: one string holding both numbers.
+  local start, n = window_state(key, limit)
+  state = { 's', str(start), 'n', str(n) }
 elseif kind == 'string' then
   state = { 'tat', redis.call('GET', key) }
 elseif kind == 'zset' then

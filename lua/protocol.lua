@@ -11,7 +11,8 @@
 -- key, its override key when OVERRIDES, and its strikes and ban keys when BAN.
 
 -- The call's policy sets, read once per call: each set a list of policies, each policy a table
--- of its algorithm's functions and numbers; and where the requests begin.
+-- of its algorithm's functions and numbers, plain when it is one policy without overrides or
+-- bans; and where the requests begin.
 local function read_sets(argv)
   local sets, a = {}, 3
   for s = 1, tonumber(argv[2]) do
@@ -35,6 +36,7 @@ local function read_sets(argv)
       end
       set[i] = p
     end
+    set.plain = #set == 1 and not set[1].overrides and not set[1].ban
     sets[s] = set
     a = a + 1
   end

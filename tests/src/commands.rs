@@ -16,6 +16,8 @@ const INSIDE_SCRIPTS: &[&str] = &[
     "pexpire",
     "get",
     "set",
+    "incrby",
+    "decrby",
     "zremrangebyscore",
     "zcard",
     "zrange",

@@ -1,15 +1,35 @@
 //! Corrupt state is an error, never "allowed".
 
 use deadpool_redis::redis;
-use redlimit::{Algorithm, ErrorKind};
+use redlimit::{Algorithm, ErrorKind, Policy};
 use redlimit_tests::RedisServer;
 
 use crate::support::{T0, alone, at_ms, policy};
 
-/// Ways to spoil a key, by algorithm: a non-integer value, a missing field, the wrong type.
-fn spoilers(algorithm: Algorithm, key: &str) -> Vec<redis::Cmd> {
+/// A fixed window's limit from which its state is a hash (below it, one string).
+const HASHED_WINDOW: u64 = 1_000_000;
+
+/// A policy of each algorithm, and each fixed window again with the hash state of a large limit.
+fn policies() -> Vec<Policy> {
+    let hashed = [Algorithm::FixedWindow, Algorithm::FixedWindowAnchored]
+        .map(|algorithm| policy(algorithm, HASHED_WINDOW, 60_000, None));
+    Algorithm::ALL
+        .into_iter()
+        .map(|algorithm| policy(algorithm, 10, 60_000, None))
+        .chain(hashed)
+        .collect()
+}
+
+/// Ways to spoil `p`'s key: a non-integer value, a missing field, the wrong type.
+fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
+    let algorithm = p.algorithm();
+    let window = matches!(
+        algorithm,
+        Algorithm::FixedWindow | Algorithm::FixedWindowAnchored
+    );
+    let hashed = window && p.limit() >= HASHED_WINDOW;
     let mut cmds = match algorithm {
-        Algorithm::FixedWindow | Algorithm::FixedWindowAnchored => vec![
+        _ if hashed => vec![
             redis::cmd("HSET")
                 .arg(key)
                 .arg("s")
@@ -25,6 +45,17 @@ fn spoilers(algorithm: Algorithm, key: &str) -> Vec<redis::Cmd> {
                 .arg(1)
                 .clone(),
             redis::cmd("HSET").arg(key).arg("n").arg(1).clone(),
+        ],
+        // One string of the window start and count (`start * 10^6 + count`): any integer of at
+        // most 19 digits is state (a small one a window long gone), anything else is not.
+        Algorithm::FixedWindow | Algorithm::FixedWindowAnchored => vec![
+            redis::cmd("SET").arg(key).arg("many").clone(),
+            redis::cmd("SET").arg(key).arg("-1").clone(),
+            redis::cmd("SET").arg(key).arg("").clone(),
+            redis::cmd("SET")
+                .arg(key)
+                .arg("99999999999999999999")
+                .clone(),
         ],
         Algorithm::SlidingWindowLog => vec![
             // Far enough ahead that no clock in this test trims it away.
@@ -80,10 +111,16 @@ fn spoilers(algorithm: Algorithm, key: &str) -> Vec<redis::Cmd> {
     };
     // The wrong type for each: a list is none of the types redlimit writes.
     cmds.push(redis::cmd("RPUSH").arg(key).arg(1).clone());
-    cmds.push(if algorithm == Algorithm::Gcra {
-        redis::cmd("HSET").arg(key).arg("tat").arg(1).clone()
-    } else {
-        redis::cmd("SET").arg(key).arg(1).clone()
+    cmds.push(match algorithm {
+        Algorithm::Gcra => redis::cmd("HSET").arg(key).arg("tat").arg(1).clone(),
+        _ if window && !hashed => redis::cmd("HSET")
+            .arg(key)
+            .arg("s")
+            .arg(T0)
+            .arg("n")
+            .arg(1)
+            .clone(),
+        _ => redis::cmd("SET").arg(key).arg(1).clone(),
     });
     cmds
 }
@@ -99,10 +136,9 @@ async fn corrupt_values_and_wrong_types_are_errors_of_their_own_kind() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     let mut connection = server.connection();
-    for algorithm in Algorithm::ALL {
-        let p = policy(algorithm, 10, 60_000, None);
-        let key = limiter.keys().key(&p, "victim");
-        for spoil in spoilers(algorithm, &key) {
+    for p in policies() {
+        let (algorithm, key) = (p.algorithm(), limiter.keys().key(&p, "victim"));
+        for spoil in spoilers(&p, &key) {
             spoil_with(&mut connection, &key, &spoil);
             for cost in [0, 1] {
                 let result = limiter
@@ -146,10 +182,9 @@ async fn opted_in_corrupt_state_is_deleted_counted_and_checked_again() {
     let limiter = redlimit::Limiter::new(backend.clone());
     let mut connection = server.connection();
     let mut spoiled = 0;
-    for algorithm in Algorithm::ALL {
-        let p = policy(algorithm, 10, 60_000, None);
-        let key = limiter.keys().key(&p, "victim");
-        for spoil in spoilers(algorithm, &key) {
+    for p in policies() {
+        let (algorithm, key) = (p.algorithm(), limiter.keys().key(&p, "victim"));
+        for spoil in spoilers(&p, &key) {
             spoil_with(&mut connection, &key, &spoil);
             spoiled += 1;
             let decision = limiter
@@ -160,7 +195,8 @@ async fn opted_in_corrupt_state_is_deleted_counted_and_checked_again() {
                 .clone();
             assert!(decision.allowed, "{algorithm}: fresh state admits");
             assert_eq!(
-                decision.remaining, 9,
+                decision.remaining,
+                p.limit() - 1,
                 "{algorithm}: one request on fresh state"
             );
         }

@@ -85,10 +85,12 @@ async fn server_time_is_used_by_default() {
         .query(&mut connection)
         .expect("TIME");
     let key = limiter.keys().key(&p, "c");
-    let start: u64 = deadpool_redis::redis::cmd("HGET")
+    // The state is one integer: the window start (ms), then the count in six digits.
+    let state: u64 = deadpool_redis::redis::cmd("GET")
         .arg(&key)
-        .arg("s")
         .query(&mut connection)
-        .expect("HGET");
+        .expect("GET");
+    assert_eq!(state % 1_000_000, 1, "one request counted");
+    let start = state / 1_000_000;
     assert!(start <= seconds * 1000 + 1000 && start + 60_000 > seconds * 1000);
 }
