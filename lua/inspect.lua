@@ -2,7 +2,7 @@
 -- protocol.lua), whose cost is what to decide for; with an override in force (its key given,
 -- OVERRIDES), the key and numbers it names are inspected instead. Reply: allowed (1/0),
 -- remaining and reset (ms) now, retry (ms), the key's PTTL (ms; -2 when absent), its state as
--- field, value pairs, the limit in force, and the key inspected.
+-- field, value pairs (a string's as 'value'), the limit in force, and the key inspected.
 local sets, a = read_sets(ARGV)
 local cost = read_request(ARGV, a)
 local p = sets[1][1]
@@ -12,12 +12,9 @@ local kind = redis.call('TYPE', key)['ok']
 local state = {}
 if kind == 'hash' then
   state = redis.call('HGETALL', key)
-elseif kind == 'string' and p.take == fixed_window_take then
-  -- A fixed window of a limit below PACK: one string holding both numbers.
-  local start, n = window_state(key, limit)
-  state = { 's', str(start), 'n', str(n) }
 elseif kind == 'string' then
-  state = { 'tat', redis.call('GET', key) }
+  -- Named by the client, which knows the algorithm (GCRA's time, or a fixed window's numbers).
+  state = { 'value', redis.call('GET', key) }
 elseif kind == 'zset' then
   state = { 'entries', str(redis.call('ZCARD', key)) }
 end

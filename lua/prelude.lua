@@ -35,15 +35,17 @@ local function corrupt(key, why)
   error({ err = 'REDLIMIT_CORRUPT ' .. key .. ' ' .. why })
 end
 
--- A stored non-negative integer; nil when absent.
-local function int(key, value)
-  if not value then
-    return nil
-  end
-  if #value > 16 or not match(value, '^%d+$') then
+-- value, a stored non-negative integer of at most most digits; nil when absent.
+local function digits(key, value, most)
+  if value and (#value > most or not match(value, '^%d+$')) then
     corrupt(key, 'holds a non-integer value')
   end
-  return tonumber(value)
+  return value
+end
+
+-- A stored non-negative integer; nil when absent.
+local function int(key, value)
+  return tonumber(digits(key, value, 16))
 end
 
 -- An HMGET reply of two or three fields as integers: all present, or all nil.

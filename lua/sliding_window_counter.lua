@@ -1,88 +1,92 @@
 -- Sliding window counter (swc): hash w = current window index, p = previous window's count,
 -- c = current window's count. The estimate prev * (window - elapsed) + curr * window is the
 -- weighted count multiplied by the window, so every comparison is between integers.
-
-local function counter_quota(limit, window, elapsed, shift, prev, curr)
-  local reset = 0
-  if curr > 0 then
-    reset = shift + 2 * window - elapsed
-  elseif prev > 0 then
-    reset = shift + window - elapsed
-  end
-  local estimate = prev * (window - elapsed) + curr * window
-  return div(max(limit * window - estimate, 0), window), reset
-end
-
-local function counter_retry(limit, window, elapsed, prev, curr, cost)
-  -- Later in this window, once prev * (window - e) <= (limit - curr - cost) * window.
-  local room = limit - curr - cost
-  if room >= 0 and prev > 0 then
-    local fits = div(room * window, prev)
-    if fits >= 1 then
-      return window - fits - elapsed
+-- Made by sliding_window_counter_functions when a call first checks a policy of it (dispatch.lua), so a call
+-- makes the functions of the algorithms it checks, not every algorithm's.
+local function sliding_window_counter_functions()
+  local function counter_quota(limit, window, elapsed, shift, prev, curr)
+    local reset = 0
+    if curr > 0 then
+      reset = shift + 2 * window - elapsed
+    elseif prev > 0 then
+      reset = shift + window - elapsed
     end
+    local estimate = prev * (window - elapsed) + curr * window
+    return div(max(limit * window - estimate, 0), window), reset
   end
-  -- Otherwise in the next window, where curr becomes the previous count.
-  local later = 0
-  if curr > 0 then
-    later = max(window - div((limit - cost) * window, curr), 0)
-  end
-  return window - elapsed + later
-end
 
--- Where in which window a check at now counts: a check stamped before the stored window (a
--- clock that stepped back) is taken at that window's start, where its counts weigh the most;
--- shift carries every wait back to now.
-local function counter_position(now, window, stored)
-  local index = div(now, window)
-  if stored ~= nil and stored > index then
-    index = stored
+  local function counter_retry(limit, window, elapsed, prev, curr, cost)
+    -- Later in this window, once prev * (window - e) <= (limit - curr - cost) * window.
+    local room = limit - curr - cost
+    if room >= 0 and prev > 0 then
+      local fits = div(room * window, prev)
+      if fits >= 1 then
+        return window - fits - elapsed
+      end
+    end
+    -- Otherwise in the next window, where curr becomes the previous count.
+    local later = 0
+    if curr > 0 then
+      later = max(window - div((limit - cost) * window, curr), 0)
+    end
+    return window - elapsed + later
   end
-  local at = max(now, index * window)
-  return index, at - index * window, at - now
-end
 
-local function sliding_window_counter(key, limit, window, burst, now_us, cost)
-  local now = div(now_us, 1000)
-  local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
-  local index, elapsed, shift = counter_position(now, window, stored)
-  local prev, curr, same = 0, 0, 0
-  if stored == index then
-    prev, curr, same = p, c, 1
-  elseif stored ~= nil and stored + 1 == index then
-    prev = c
+  -- Where in which window a check at now counts: a check stamped before the stored window (a
+  -- clock that stepped back) is taken at that window's start, where its counts weigh the most;
+  -- shift carries every wait back to now.
+  local function counter_position(now, window, stored)
+    local index = div(now, window)
+    if stored ~= nil and stored > index then
+      index = stored
+    end
+    local at = max(now, index * window)
+    return index, at - index * window, at - now
   end
-  local remaining, reset = counter_quota(limit, window, elapsed, shift, prev, curr)
-  if cost > limit then
-    return 0, remaining, reset, NEVER
-  elseif prev * (window - elapsed) + (curr + cost) * window > limit * window then
-    return 0, remaining, reset, shift + counter_retry(limit, window, elapsed, prev, curr, cost)
-  end
-  return 1, remaining, reset, -1, same, prev, curr, stored
-end
 
-local function sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr, stored)
-  local index, elapsed, shift = counter_position(div(now_us, 1000), window, stored)
-  if same == 1 then
-    -- Same window: the state's deadline (the end of the next window) has not moved.
-    redis.call('HINCRBY', key, 'c', cost)
-  else
-    redis.call('HSET', key, 'w', index, 'p', prev, 'c', curr + cost)
-    redis.call('PEXPIRE', key, shift + 2 * window - elapsed)
+  local function sliding_window_counter(key, limit, window, burst, now_us, cost)
+    local now = div(now_us, 1000)
+    local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+    local index, elapsed, shift = counter_position(now, window, stored)
+    local prev, curr, same = 0, 0, 0
+    if stored == index then
+      prev, curr, same = p, c, 1
+    elseif stored ~= nil and stored + 1 == index then
+      prev = c
+    end
+    local remaining, reset = counter_quota(limit, window, elapsed, shift, prev, curr)
+    if cost > limit then
+      return 0, remaining, reset, NEVER
+    elseif prev * (window - elapsed) + (curr + cost) * window > limit * window then
+      return 0, remaining, reset, shift + counter_retry(limit, window, elapsed, prev, curr, cost)
+    end
+    return 1, remaining, reset, -1, same, prev, curr, stored
   end
-  return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
-end
 
--- Counts in the window holding at_us, current or (since then) previous.
-local sliding_window_counter_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
-  local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
-  local index = div(div(at_us, 1000), window)
-  if stored == index and c > 0 then
-    redis.call('HSET', key, 'c', c - min(c, cost))
-  elseif stored == index + 1 and p > 0 then
-    redis.call('HSET', key, 'p', p - min(p, cost))
-  else
-    return 0
+  local function sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr, stored)
+    local index, elapsed, shift = counter_position(div(now_us, 1000), window, stored)
+    if same == 1 then
+      -- Same window: the state's deadline (the end of the next window) has not moved.
+      redis.call('HINCRBY', key, 'c', cost)
+    else
+      redis.call('HSET', key, 'w', index, 'p', prev, 'c', curr + cost)
+      redis.call('PEXPIRE', key, shift + 2 * window - elapsed)
+    end
+    return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
   end
-  return 1
+
+  -- Counts in the window holding at_us, current or (since then) previous.
+  local sliding_window_counter_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
+    local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+    local index = div(div(at_us, 1000), window)
+    if stored == index and c > 0 then
+      redis.call('HSET', key, 'c', c - min(c, cost))
+    elseif stored == index + 1 and p > 0 then
+      redis.call('HSET', key, 'p', p - min(p, cost))
+    else
+      return 0
+    end
+    return 1
+  end
+  return sliding_window_counter, sliding_window_counter_take, sliding_window_counter_refund
 end

@@ -1,65 +1,69 @@
 -- Sliding window log (swl): a sorted set of admitted request times (ms), members unique.
 -- An entry at t counts while t > now - window.
-
-local function log_score(key, reply)
-  return int(key, reply[2])
-end
-
-local function sliding_window_log(key, limit, window, burst, now_us, cost)
-  local now = div(now_us, 1000)
-  -- Entries that left the window are skipped here and trimmed only by an admitted check, so
-  -- that a denial or a peek writes nothing and an admission's first write is its ZADD, which
-  -- Redis refuses when it is out of memory.
-  local expired = redis.call('ZCOUNT', key, '-inf', now - window)
-  local count = redis.call('ZCARD', key) - expired
-  local newest, reset = -1, 0
-  if count > 0 then
-    newest = log_score(key, redis.call('ZRANGE', key, -1, -1, 'WITHSCORES'))
-    reset = newest + window - now
+-- Made by sliding_window_log_functions when a call first checks a policy of it (dispatch.lua), so a call
+-- makes the functions of the algorithms it checks, not every algorithm's.
+local function sliding_window_log_functions()
+  local function log_score(key, reply)
+    return int(key, reply[2])
   end
-  local remaining = max(limit - count, 0)
-  if cost > limit then
-    return 0, remaining, reset, NEVER
-  elseif count + cost > limit then
-    -- The oldest count + cost - limit entries in the window must leave it first.
-    local rank = expired + count + cost - limit - 1
-    local last = log_score(key, redis.call('ZRANGE', key, rank, rank, 'WITHSCORES'))
-    return 0, remaining, reset, last + window - now
-  end
-  return 1, remaining, reset, -1, count, newest, expired
-end
 
-local function sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest, expired)
-  local now = div(now_us, 1000)
-  local stamp = str(now)
-  -- Members are numbered from the count in the window: at one millisecond that count only
-  -- grows, so numbers do not repeat while time moves forward. Should time step back onto a
-  -- used number, ZADD adds fewer than asked and numbering goes on past it.
-  local number, added = count, 0
-  while added < cost do
-    local batch = {}
-    for _ = 1, min(cost - added, 500) do
-      batch[#batch + 1] = stamp
-      batch[#batch + 1] = stamp .. ':' .. str(number)
-      number = number + 1
+  local function sliding_window_log(key, limit, window, burst, now_us, cost)
+    local now = div(now_us, 1000)
+    -- Entries that left the window are skipped here and trimmed only by an admitted check, so
+    -- that a denial or a peek writes nothing and an admission's first write is its ZADD, which
+    -- Redis refuses when it is out of memory.
+    local expired = redis.call('ZCOUNT', key, '-inf', now - window)
+    local count = redis.call('ZCARD', key) - expired
+    local newest, reset = -1, 0
+    if count > 0 then
+      newest = log_score(key, redis.call('ZRANGE', key, -1, -1, 'WITHSCORES'))
+      reset = newest + window - now
     end
-    added = added + redis.call('ZADD', key, unpack(batch))
+    local remaining = max(limit - count, 0)
+    if cost > limit then
+      return 0, remaining, reset, NEVER
+    elseif count + cost > limit then
+      -- The oldest count + cost - limit entries in the window must leave it first.
+      local rank = expired + count + cost - limit - 1
+      local last = log_score(key, redis.call('ZRANGE', key, rank, rank, 'WITHSCORES'))
+      return 0, remaining, reset, last + window - now
+    end
+    return 1, remaining, reset, -1, count, newest, expired
   end
-  if expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  end
-  local reset = max(newest, now) + window - now
-  redis.call('PEXPIRE', key, reset)
-  return limit - count - cost, reset
-end
 
--- Removes up to cost entries stamped with the reservation's time.
-local sliding_window_log_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
-  local at = div(at_us, 1000)
-  local entries = redis.call('ZRANGEBYSCORE', key, at, at, 'LIMIT', 0, cost)
-  if #entries == 0 then
-    return 0
+  local function sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest, expired)
+    local now = div(now_us, 1000)
+    local stamp = str(now)
+    -- Members are numbered from the count in the window: at one millisecond that count only
+    -- grows, so numbers do not repeat while time moves forward. Should time step back onto a
+    -- used number, ZADD adds fewer than asked and numbering goes on past it.
+    local number, added = count, 0
+    while added < cost do
+      local batch = {}
+      for _ = 1, min(cost - added, 500) do
+        batch[#batch + 1] = stamp
+        batch[#batch + 1] = stamp .. ':' .. str(number)
+        number = number + 1
+      end
+      added = added + redis.call('ZADD', key, unpack(batch))
+    end
+    if expired > 0 then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+    end
+    local reset = max(newest, now) + window - now
+    redis.call('PEXPIRE', key, reset)
+    return limit - count - cost, reset
   end
-  redis.call('ZREM', key, unpack(entries))
-  return 1
+
+  -- Removes up to cost entries stamped with the reservation's time.
+  local sliding_window_log_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
+    local at = div(at_us, 1000)
+    local entries = redis.call('ZRANGEBYSCORE', key, at, at, 'LIMIT', 0, cost)
+    if #entries == 0 then
+      return 0
+    end
+    redis.call('ZREM', key, unpack(entries))
+    return 1
+  end
+  return sliding_window_log, sliding_window_log_take, sliding_window_log_refund
 end

@@ -275,7 +275,7 @@ impl Backend {
                 // A client's override, if it has one, names the key and numbers in force.
                 let one = std::slice::from_ref(policy);
                 let call = protocol::encode(keys, None, &[Request::new(one, client)]);
-                redis.inspect(call).await?
+                redis.inspect(call, policy.algorithm()).await?
             }
             (Self::Redis(redis), Target::Key(key)) => {
                 // The key a scan found: no client, so no override to read.
@@ -286,7 +286,7 @@ impl Backend {
                 };
                 let mut call = protocol::encode(keys, None, &[request]);
                 call.keys = vec![key.clone()];
-                redis.inspect(call).await?
+                redis.inspect(call, policy.algorithm()).await?
             }
         };
         let mut decision = decision(policy, inspected.answer, self.reason());

@@ -36,7 +36,7 @@ use self::{
 };
 use super::{Started, decision, stamp};
 use crate::{
-    ConfigError, Decisions, Error, ErrorKind, KeyScheme, PolicySet, Reason, Timestamp,
+    Algorithm, ConfigError, Decisions, Error, ErrorKind, KeyScheme, PolicySet, Reason, Timestamp,
     backend::answer::Inspected, check_request::Options, redacted_url,
 };
 
@@ -353,8 +353,13 @@ impl RedisBackend {
         .await
     }
 
-    /// The state of `call`'s one key and the decision of its cost, writing nothing.
-    pub(crate) async fn inspect(&self, call: Call) -> Result<Inspected, Error> {
+    /// The state of `call`'s one key, of `algorithm`, and the decision of its cost, writing
+    /// nothing.
+    pub(crate) async fn inspect(
+        &self,
+        call: Call,
+        algorithm: Algorithm,
+    ) -> Result<Inspected, Error> {
         let script = &self.inner.scripts.inspect;
         let reply = self
             .within_budget(async {
@@ -364,7 +369,8 @@ impl RedisBackend {
                     .map_err(|err| call.error(err))
             })
             .await?;
-        protocol::decode_inspected(reply, call.keys.first().map_or("", String::as_str))
+        let key = call.keys.first().map_or("", String::as_str);
+        protocol::decode_inspected(reply, key, algorithm)
     }
 
     /// Sets `call`'s one key to `value` for `ttl_ms`.

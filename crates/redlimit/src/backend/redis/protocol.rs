@@ -443,17 +443,34 @@ pub(crate) fn decode_refunds(reply: &[i64]) -> Vec<u64> {
         .collect()
 }
 
-/// Reads the inspect script's reply for the key `key`.
+/// A fixed window's string state is its window start times this, plus its count
+/// (`lua/fixed_window.lua`).
+const PACK: u64 = 1_000_000;
+
+/// Reads the inspect script's reply for the key `key` of `algorithm`.
 pub(crate) fn decode_inspected(
     reply: (i64, i64, i64, i64, i64, Vec<String>, i64, String),
     key: &str,
+    algorithm: Algorithm,
 ) -> Result<Inspected, Error> {
     let (allowed, remaining, reset, retry, pttl, state, limit, read) = reply;
     let answer = answer(&[allowed, remaining, reset, retry])?;
     let mut fields = state.into_iter();
     let mut pairs = Vec::new();
     while let (Some(field), Some(value)) = (fields.next(), fields.next()) {
-        pairs.push((field, value));
+        match (field.as_str(), value.parse::<u64>()) {
+            ("value", Ok(packed))
+                if matches!(
+                    algorithm,
+                    Algorithm::FixedWindow | Algorithm::FixedWindowAnchored
+                ) =>
+            {
+                pairs.push(("s".to_owned(), (packed / PACK).to_string()));
+                pairs.push(("n".to_owned(), (packed % PACK).to_string()));
+            }
+            ("value", _) if algorithm == Algorithm::Gcra => pairs.push(("tat".to_owned(), value)),
+            _ => pairs.push((field, value)),
+        }
     }
     Ok(Inspected {
         answer,

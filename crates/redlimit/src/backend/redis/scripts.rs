@@ -5,18 +5,15 @@
 use super::protocol::Request;
 use crate::{Algorithm, Policy};
 
-/// The script for one policy of an algorithm: the prelude, that algorithm's file, and the entry
-/// for one policy calling its `decide` and `take`.
+/// The script for one policy of an algorithm: the prelude, that algorithm's file, `$make` (the
+/// Lua making its `decide` and `take`), and the entry for one policy calling them.
 macro_rules! one {
-    ($file:literal, $decide:literal, $take:literal) => {
+    ($file:literal, $make:literal) => {
         concat!(
             "local REFUNDS = false\n",
             include_str!("../../../lua/prelude.lua"),
             include_str!(concat!("../../../lua/", $file)),
-            "local decide, take = ",
-            $decide,
-            ", ",
-            $take,
+            $make,
             "\n",
             include_str!("../../../lua/one.lua"),
         )
@@ -26,24 +23,27 @@ macro_rules! one {
 /// The Lua source of the script checking one policy of `algorithm`.
 const fn one_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
-        Algorithm::FixedWindow => one!("fixed_window.lua", "fixed_window", "fixed_window_take"),
+        Algorithm::FixedWindow => one!(
+            "fixed_window.lua",
+            "local decide, _, take = fixed_window_functions()"
+        ),
         Algorithm::FixedWindowAnchored => one!(
             "fixed_window.lua",
-            "fixed_window_anchored",
-            "fixed_window_take"
+            "local _, decide, take = fixed_window_functions()"
         ),
         Algorithm::SlidingWindowLog => one!(
             "sliding_window_log.lua",
-            "sliding_window_log",
-            "sliding_window_log_take"
+            "local decide, take = sliding_window_log_functions()"
         ),
         Algorithm::SlidingWindowCounter => one!(
             "sliding_window_counter.lua",
-            "sliding_window_counter",
-            "sliding_window_counter_take"
+            "local decide, take = sliding_window_counter_functions()"
         ),
-        Algorithm::TokenBucket => one!("token_bucket.lua", "token_bucket", "token_bucket_take"),
-        Algorithm::Gcra => one!("gcra.lua", "gcra", "gcra_take"),
+        Algorithm::TokenBucket => one!(
+            "token_bucket.lua",
+            "local decide, take = token_bucket_functions()"
+        ),
+        Algorithm::Gcra => one!("gcra.lua", "local decide, take = gcra_functions()"),
     }
 }
 
