@@ -161,6 +161,23 @@ impl Decisions {
         self.error.as_deref()
     }
 
+    /// The decisions as they stand once `cost` of what they took was refunded (see
+    /// [`Limiter::refund`](crate::Limiter::refund)): each admitting decision's `remaining`
+    /// raised by `cost`, for headers that tell what is left after the refund.
+    #[must_use]
+    /// Only the reservation's own policies count: a concurrency limit's decision joined with
+    /// [`and`](Self::and) stays as it is.
+    pub fn after_refund(mut self, cost: u64) -> Self {
+        let Some(reservation) = &self.reservation else {
+            return self;
+        };
+        let reserved = reservation.set.len();
+        for d in self.items.iter_mut().take(reserved).filter(|d| d.allowed) {
+            d.remaining = d.remaining.saturating_add(cost);
+        }
+        self
+    }
+
     /// The decisions, one per policy.
     pub fn into_vec(self) -> Vec<Decision> {
         self.items

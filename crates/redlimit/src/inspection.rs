@@ -42,6 +42,9 @@ pub struct Inspection {
     /// window, `entries` for a sliding log, `w`, `p` and `c` for a sliding counter, `t` and `l`
     /// for a token bucket, `tat` for GCRA. Empty when there is none.
     pub state: Vec<(String, String)>,
+    /// The most the client may hold at once: a token bucket's or GCRA's burst, else the limit
+    /// (an override's limit while one is in force), so that `remaining` never exceeds it.
+    pub quota: u64,
 }
 
 impl Inspection {
@@ -54,9 +57,9 @@ impl Inspection {
             .map_or("", |(tag, _)| tag)
     }
 
-    /// How much of the quota is in use: the limit less what remains.
+    /// How much of the [`quota`](Self::quota) is in use: the quota less what remains.
     pub fn used(&self) -> u64 {
-        self.decision.limit.saturating_sub(self.decision.remaining)
+        self.quota.saturating_sub(self.decision.remaining)
     }
 }
 
@@ -152,10 +155,12 @@ async fn inspect(
         .backend()
         .inspect(limiter.keys(), policy, target)
         .await?;
+    let quota = policy.quota(decision.limit);
     Ok(Inspection {
         key,
         decision,
         ttl: inspected.ttl_ms.map(Duration::from_millis),
         state: inspected.state,
+        quota,
     })
 }

@@ -184,6 +184,17 @@ impl Policy {
         self.inner.burst
     }
 
+    /// The most a client may hold at once while `limit` is in force (a
+    /// [`Decision`](crate::Decision)'s `limit`): the [`burst`](Self::burst) under the policy's
+    /// own limit, else that limit (an override's). A decision's `remaining` never exceeds it.
+    pub fn quota(&self, limit: u64) -> u64 {
+        if limit == self.limit() {
+            self.burst()
+        } else {
+            limit
+        }
+    }
+
     /// Delay mode: how long a request over the limit may wait for its slot instead of being
     /// denied; see [`PolicyBuilder::max_delay`].
     pub fn max_delay(&self) -> Option<Duration> {

@@ -79,10 +79,12 @@ pin_project! {
             lease: HeldLease,
         },
         // Counting by response: what the response said not to count is given back before it
-        // is sent, so the client's next request finds the quota refunded.
+        // is sent, so the client's next request finds the quota refunded; the response's
+        // headers then say what remains after the refund.
         Settling {
             refund: Refund,
             response: Option<S::Response>,
+            headers: Option<(Arc<Tier>, Decisions)>,
         },
         Answered {
             response: Option<Response<Bytes>>,
@@ -269,20 +271,29 @@ where
                         if response.status().is_server_error() {
                             tier.series.service_failed();
                         }
-                        tier.add_headers(response.headers_mut(), &decisions);
                         if let Some(refund) = tier.settle(&response, &decisions) {
                             state.set(State::Settling {
                                 refund,
                                 response: Some(response),
+                                headers: Some((tier, decisions)),
                             });
                             continue;
                         }
+                        tier.add_headers(response.headers_mut(), &decisions);
                     }
                     return Poll::Ready(Ok(response));
                 }
-                StateProj::Settling { refund, response } => {
-                    ready!(refund.as_mut().poll(cx));
-                    let response = response.take().expect("polled after completion");
+                StateProj::Settling {
+                    refund,
+                    response,
+                    headers,
+                } => {
+                    let refunded = ready!(refund.as_mut().poll(cx));
+                    let mut response = response.take().expect("polled after completion");
+                    if let Some((tier, decisions)) = headers.take() {
+                        let decisions = refunded.unwrap_or(decisions);
+                        tier.add_headers(response.headers_mut(), &decisions);
+                    }
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Answered { response } => {

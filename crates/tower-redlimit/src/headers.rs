@@ -81,11 +81,12 @@ pub(crate) fn policy_value_of(
         let limit = decisions
             .and_then(|d| d.get(i))
             .map_or(p.limit(), |d| d.limit);
+        let (quota, window) = quota(p, limit);
         let _ = write!(
             value,
-            "{separator}\"{}\";q={limit};w={}",
+            "{separator}\"{}\";q={quota};w={}",
             p.name(),
-            seconds_up(p.window())
+            seconds_up(window)
         );
     }
     if let Some(p) = concurrency {
@@ -100,13 +101,28 @@ pub(crate) fn policy_value_of(
     HeaderValue::try_from(value).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// Adds the headers of `style` for `decisions` (one per policy, in order) that `headers` does
-/// not have yet; `policy` is the policies' [`policy_value`]. Decisions of the failure policy's
-/// open or closed answer get none: the limiter never saw that quota.
+/// The quota `policy` states (`q`, and `X-RateLimit-Limit`) while `limit` is in force, and the
+/// time it spans (`w`): the limit per window; or, for a token bucket or GCRA whose burst is not
+/// its limit, the burst and the time the whole burst takes to refill (burst × window / limit),
+/// so that `r`, at most the burst, never exceeds `q`.
+pub(crate) fn quota(policy: &Policy, limit: u64) -> (u64, Duration) {
+    let (quota, window) = (policy.quota(limit), policy.window());
+    if quota == limit || limit == 0 {
+        return (quota, window);
+    }
+    let refill_ms = window.as_millis() * u128::from(quota) / u128::from(limit);
+    let refill = Duration::from_millis(u64::try_from(refill_ms).unwrap_or(u64::MAX));
+    (quota, refill)
+}
+
+/// Adds the headers of `style` for `decisions` (one per policy of `policies`, in order) that
+/// `headers` does not have yet; `policy` is the policies' [`policy_value`]. Decisions of the
+/// failure policy's open or closed answer get none: the limiter never saw that quota.
 pub(crate) fn add(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &HeaderValue,
+    policies: &[Policy],
     decisions: &Decisions,
 ) {
     // One path decides every policy of a check: the first decision's reason is theirs.
@@ -128,9 +144,13 @@ pub(crate) fn add(
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::IetfAndLegacy) {
         let d = decisions.most_restrictive();
+        let limit = policies
+            .iter()
+            .find(|p| p.name() == &*d.policy)
+            .map_or(d.limit, |p| quota(p, d.limit).0);
         headers
             .entry(X_LIMIT)
-            .or_insert_with(|| HeaderValue::from(d.limit));
+            .or_insert_with(|| HeaderValue::from(limit));
         headers
             .entry(X_REMAINING)
             .or_insert_with(|| HeaderValue::from(d.remaining));

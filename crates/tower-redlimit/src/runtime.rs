@@ -102,7 +102,7 @@ pub(crate) enum Admit<'a> {
 pub(crate) type HeldLease = Option<Box<Lease>>;
 
 /// A refund a response owes its reservation.
-pub(crate) type Refund = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type Refund = Pin<Box<dyn Future<Output = Option<Decisions>> + Send>>;
 
 /// The rate check of a request and, when it has a concurrency limit, then its lease: their
 /// decisions together, decided already (see [`into_ready`](Self::into_ready)) or to await.
@@ -336,7 +336,8 @@ impl Tier {
         let give_back = reserved.checked_sub(keep).filter(|&n| n > 0)?;
         let (guard, decisions) = (self.guard.clone(), decisions.clone());
         Some(Box::pin(async move {
-            guard.refund(&decisions, give_back).await;
+            let refunded = guard.refund(&decisions, give_back).await;
+            refunded.then(|| decisions.after_refund(give_back))
         }))
     }
 
@@ -392,12 +393,13 @@ impl Tier {
                 self.settings.concurrency.as_ref(),
                 Some(decisions),
             );
-            return headers::add(response, self.settings.headers, &value, decisions);
+            return headers::add(response, self.settings.headers, &value, policies, decisions);
         }
         headers::add(
             response,
             self.settings.headers,
             &self.policy_header,
+            policies,
             decisions,
         );
     }

@@ -148,3 +148,32 @@ async fn a_scan_of_a_cluster_finds_every_key_on_every_primary() {
         .expect_err("memory has no key names");
     assert!(refused.to_string().contains("nothing to scan"), "{refused}");
 }
+
+/// A burst above the limit is the quota an inspection counts use against: 15 of a burst of 20
+/// used, not "0 of 10" with 5 over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn use_is_counted_against_the_burst() {
+    let server = RedisServer::start();
+    let limiters = [
+        ("redis", limiter(server.backend())),
+        ("memory", Limiter::new(MemoryBackend::default())),
+    ];
+    for (name, limiter) in limiters {
+        for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+            // One request back every 6 s: none within the test.
+            let p = policy(algorithm, 10, 60_000, Some(20));
+            for _ in 0..15 {
+                assert!(limiter.check(&alone(&p), "c").await.expect("check")[0].allowed);
+            }
+            let seen = limiter.inspect(&p, "c").await.expect("inspect");
+            assert_eq!(seen.quota, 20, "{name} {algorithm}");
+            assert!(
+                (14..=15).contains(&seen.used()),
+                "{name} {algorithm}: used {} of {}, remaining {}",
+                seen.used(),
+                seen.quota,
+                seen.decision.remaining
+            );
+        }
+    }
+}

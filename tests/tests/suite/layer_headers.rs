@@ -233,3 +233,49 @@ async fn behind_a_trusted_proxy_the_rightmost_untrusted_address_is_the_key() {
         assert!(status == 200 || status == 429, "{status}");
     }
 }
+
+/// A policy whose burst is not its limit states the burst as its quota, over the time the whole
+/// burst takes to refill, so that `r` never exceeds `q`: GCRA and a token bucket of 10 per
+/// second with a burst of 20, 25 requests 10 ms apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_the_stated_quota_and_remaining_never_exceeds_it() {
+    let server = RedisServer::start();
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+        let p = Policy::builder("burst", algorithm)
+            .limit(10)
+            .window(std::time::Duration::from_secs(1))
+            .burst(20)
+            .build()
+            .expect("valid");
+        let clock = TestClock::at_millis(T0);
+        let limiter =
+            Limiter::with_prefix(server.backend(), format!("burst-{algorithm}")).expect("prefix");
+        let guard = GuardedLimiter::builder(limiter, p)
+            .clock(clock.clock())
+            .build();
+        let layer = RateLimitLayer::new(guard).headers(HeaderStyle::IetfAndLegacy);
+        let address = serve(app(layer)).await;
+        let mut statuses = Vec::new();
+        for _ in 0..25 {
+            let response = http_get(address, "/", &[]).await;
+            assert_eq!(
+                response.header("ratelimit-policy"),
+                Some("\"burst\";q=20;w=2"),
+                "{algorithm}"
+            );
+            assert_eq!(response.header("x-ratelimit-limit"), Some("20"));
+            let state = response.header("ratelimit").expect("RateLimit");
+            let remaining: u64 = state
+                .split(';')
+                .find_map(|part| part.strip_prefix("r="))
+                .and_then(|r| r.parse().ok())
+                .expect("r");
+            assert!(remaining <= 20, "{algorithm}: {state}");
+            statuses.push(response.status);
+            clock.advance_millis(10);
+        }
+        // 20 at once, then one more for each 100 ms gone by (240 ms: 2).
+        let admitted = statuses.iter().filter(|&&s| s == 200).count();
+        assert_eq!(admitted, 22, "{algorithm}: {statuses:?}");
+    }
+}

@@ -240,6 +240,10 @@ async fn login(app: &Router, status: u16) -> StatusCode {
 }
 
 async fn login_once(app: &Router, status: u16, id: Option<&str>) -> StatusCode {
+    login_response(app, status, id).await.status()
+}
+
+async fn login_response(app: &Router, status: u16, id: Option<&str>) -> axum::response::Response {
     let mut request = Request::get("/login")
         .header("x-key", "alice")
         .header("x-status", status.to_string());
@@ -247,11 +251,24 @@ async fn login_once(app: &Router, status: u16, id: Option<&str>) -> StatusCode {
         request = request.header("idempotency-key", id);
     }
     let request = request.body(Body::empty()).expect("a request");
-    app.clone()
-        .oneshot(request)
-        .await
-        .expect("infallible")
-        .status()
+    app.clone().oneshot(request).await.expect("infallible")
+}
+
+/// A response whose reservation was given back says what remains after the refund.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refunded_response_shows_what_remains_after_the_refund() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        let (_, app) = login_route(&limiter);
+        let mut seen = Vec::new();
+        for status in [200, 401, 200, 401, 200] {
+            let response = login_response(&app, status, None).await;
+            let state = response.headers()["ratelimit"].to_str().expect("ASCII");
+            let remaining = state.split(';').find_map(|part| part.strip_prefix("r="));
+            seen.push(remaining.expect("r").to_owned());
+        }
+        assert_eq!(seen, ["3", "2", "2", "1", "1"], "{backend}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,7 +113,7 @@ pub async fn run(args: &Args) -> Result<String, Failure> {
             Ok(format!(
                 "{verdict}: {} of {} remaining, full in {}{}\n",
                 decision.remaining,
-                decision.limit,
+                policy.quota(decision.limit),
                 seconds(decision.reset_after),
                 retry(decision.retry_after)
             ))
@@ -253,7 +253,7 @@ fn describe(seen: &Inspection) -> String {
         if d.allowed { "allowed" } else { "denied" },
         retry(d.retry_after)
     );
-    let _ = writeln!(out, "remaining  {} of {}", d.remaining, d.limit);
+    let _ = writeln!(out, "remaining  {} of {}", d.remaining, seen.quota);
     let _ = writeln!(out, "full in    {}", seconds(d.reset_after));
     let _ = writeln!(
         out,
@@ -307,7 +307,7 @@ async fn top(args: &Args, policy: &Policy, limiter: &Limiter) -> Result<String, 
             out,
             "{:<40} {:>12} {:>9}  {:<8} {}",
             key.client(),
-            format!("{}/{}", key.used(), d.limit),
+            format!("{}/{}", key.used(), key.quota),
             d.remaining,
             if d.allowed { "allowed" } else { "denied" },
             key.ttl.map_or_else(String::new, seconds)
