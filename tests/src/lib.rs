@@ -13,6 +13,7 @@ struct ReadmeDoctests;
 mod cluster;
 mod commands;
 mod http;
+mod pki;
 mod sentinel;
 mod server;
 
@@ -20,6 +21,7 @@ pub use self::{
     cluster::RedisCluster,
     commands::{CommandStat, Sent, command_calls, commands_sent, script_calls},
     http::{HttpResponse, TestClock, http_get, serve},
+    pki::Pki,
     sentinel::RedisSentinel,
     server::{RedisServer, flush_all, free_port, keys_without_ttl, redis_server_binary},
 };

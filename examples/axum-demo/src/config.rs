@@ -19,6 +19,21 @@ pub struct Config {
     pub redis_cluster: Option<Vec<RedisUrl>>,
     /// Sentinels and the name of the primary they watch.
     pub redis_sentinel: Option<Sentinel>,
+    /// A PEM file of the CA that signed a `rediss://` server's certificate (a private CA);
+    /// without it, the system's roots. Standalone `redis_url` only.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// A PEM client certificate, for mutual TLS; with `tls_client_key_file`.
+    pub tls_client_cert_file: Option<std::path::PathBuf>,
+    /// The PEM private key of `tls_client_cert_file`.
+    pub tls_client_key_file: Option<std::path::PathBuf>,
+    /// Delete a key holding what is not limiter state (and count it) instead of failing every
+    /// check of its client. Defaults to `false`.
+    #[serde(default)]
+    pub repair_corrupt_state: bool,
+    /// The name of an environment variable holding a secret: when set, clients are kept in
+    /// Redis keys as a keyed hash of their identifier, never as text. The secret itself never
+    /// goes in this file.
+    pub hash_clients_secret_env: Option<String>,
     /// Proxy networks whose forwarding headers are believed.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
@@ -248,6 +263,12 @@ pub struct Route {
     pub methods: Vec<String>,
     /// This route's failure policy, instead of the top-level one (`closed` on `/login`).
     pub failure: Option<Failure>,
+    /// A request header naming a request id, such as `idempotency-key`: retries with the same
+    /// id within `idempotency_window` are counted once. Defaults to none.
+    pub idempotency_header: Option<String>,
+    /// How long a request id is remembered, such as `"10m"`. Defaults to the library's.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub idempotency_window: Option<Duration>,
     /// This route's time budget, instead of the top-level one.
     #[serde(default, deserialize_with = "optional_duration")]
     pub budget: Option<Duration>,
@@ -487,6 +508,34 @@ impl Config {
         }
     }
 
+    /// Refuses what would connect without checking the server: a `#insecure` URL.
+    fn check_tls(&self) -> Result<(), ConfigFileError> {
+        let urls = self.redis_url.iter().map(|url| ("redis_url", url));
+        let cluster = self.redis_cluster.iter().flatten();
+        let sentinel = self.redis_sentinel.iter().flat_map(|s| &s.urls);
+        let mut all = urls
+            .chain(cluster.map(|url| ("redis_cluster", url)))
+            .chain(sentinel.map(|url| ("redis_sentinel.urls", url)));
+        if let Some((field, url)) = all.find(|(_, url)| url.expose().contains("#insecure")) {
+            return Err(ConfigFileError(format!(
+                "{field}: {url} turns certificate checks off (#insecure), which lets anyone on \
+                 the path read and change limits; give the server's CA in tls_ca_file instead"
+            )));
+        }
+        let tls_files = self.tls_ca_file.is_some() || self.tls_client_cert_file.is_some();
+        if tls_files && self.redis_url.is_none() {
+            return Err(ConfigFileError(
+                "tls_ca_file, tls_client_cert_file: only with redis_url in this version".to_owned(),
+            ));
+        }
+        if self.tls_client_cert_file.is_some() != self.tls_client_key_file.is_some() {
+            return Err(ConfigFileError(
+                "tls_client_cert_file, tls_client_key_file: set both or neither".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks what the types alone do not: one store, a budget, and routes that build into one
     /// router, each with a policy of its own.
     ///
@@ -495,6 +544,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigFileError> {
         let err = |message: String| Err(ConfigFileError(message));
         self.store()?;
+        self.check_tls()?;
         if self.budget.is_zero() {
             return err("budget: must be more than zero".to_owned());
         }

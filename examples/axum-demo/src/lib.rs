@@ -12,7 +12,7 @@ use axum::{
     http::{HeaderMap, StatusCode, Uri},
     routing::{MethodFilter, MethodRouter, on},
 };
-use redlimit::{Decision, GuardedLimiter, Limiter, MemoryBackend, Policy, RedisBackend};
+use redlimit::{Decision, GuardedLimiter, KeyScheme, Limiter, MemoryBackend, Policy, RedisBackend};
 use tower_redlimit::{AccessList, ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
 use self::config::{Count, Handler, KeyKind, RedisUrl, Route, SERVED_METHODS, Store};
@@ -25,10 +25,20 @@ pub use self::{
 /// The limiter the configuration asks for: Redis when `redis_url` is set, else memory.
 ///
 /// # Errors
-/// An unusable `redis_url`.
+/// An unusable `redis_url`, an unreadable TLS file, a missing `hash_clients_secret_env`.
 pub fn limiter(config: &Config) -> Result<Limiter, ConfigFileError> {
+    let mut keys = KeyScheme::default();
+    if let Some(name) = &config.hash_clients_secret_env {
+        let secret = std::env::var(name).ok().filter(|s| !s.is_empty());
+        let secret = secret.ok_or_else(|| {
+            ConfigFileError(format!(
+                "hash_clients_secret_env: the environment variable {name} is not set or empty"
+            ))
+        })?;
+        keys = keys.hash_clients(secret);
+    }
     let (builder, field) = match config.store()? {
-        Store::Memory => return Ok(Limiter::new(MemoryBackend::default())),
+        Store::Memory => return Ok(Limiter::with_keys(MemoryBackend::default(), keys)),
         Store::Redis(url) => (RedisBackend::builder(url.expose()), "redis_url"),
         Store::Cluster(urls) => (
             RedisBackend::cluster(urls.iter().map(RedisUrl::expose)),
@@ -39,11 +49,27 @@ pub fn limiter(config: &Config) -> Result<Limiter, ConfigFileError> {
             "redis_sentinel",
         ),
     };
-    let backend = builder
+    let mut builder = builder
         .budget(config.budget)
+        .repair_corrupt_state(config.repair_corrupt_state);
+    if let Some(path) = &config.tls_ca_file {
+        builder = builder.tls_root_ca(read_pem("tls_ca_file", path)?);
+    }
+    if let (Some(cert), Some(key)) = (&config.tls_client_cert_file, &config.tls_client_key_file) {
+        builder = builder.tls_client_certificate(
+            read_pem("tls_client_cert_file", cert)?,
+            read_pem("tls_client_key_file", key)?,
+        );
+    }
+    let backend = builder
         .build()
         .map_err(|e| ConfigFileError(format!("{field}: {e}")))?;
-    Ok(Limiter::new(backend))
+    Ok(Limiter::with_keys(backend, keys))
+}
+
+/// The PEM file at `path`, named by its `field` when it cannot be read.
+fn read_pem(field: &str, path: &std::path::Path) -> Result<Vec<u8>, ConfigFileError> {
+    std::fs::read(path).map_err(|e| ConfigFileError(format!("{field}: {}: {e}", path.display())))
 }
 
 /// The router: every configured route answers `GET` with 200 and a short body, behind its
@@ -91,6 +117,14 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
         }
         if route.count == Count::Failures {
             layer = layer.count_when(|status, _| status.as_u16() >= 400);
+        }
+        if let Some(name) = &route.idempotency_header {
+            let name = axum::http::HeaderName::try_from(name.as_str())
+                .map_err(|e| at(&format!("idempotency_header: {e}")))?;
+            layer = layer.idempotency_key(name);
+        }
+        if let Some(window) = route.idempotency_window {
+            layer = layer.idempotency_window(window);
         }
         if let Some(concurrency) = route.concurrency_policy()? {
             layer = layer.concurrency(concurrency);

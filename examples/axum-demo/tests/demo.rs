@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redlimit_tests::{RedisCluster, RedisSentinel, RedisServer, free_port, http_get};
+use redlimit_tests::{Pki, RedisCluster, RedisSentinel, RedisServer, free_port, http_get};
 
 const DEMO: &str = env!("CARGO_BIN_EXE_redlimit-demo");
 
@@ -245,6 +245,30 @@ fn a_bad_file_exits_non_zero_naming_the_field() {
             route("gcra", 1).replace("/limited", "/{a}")
                 + &route("gcra", 1).replace("/limited", "/{b}"),
             "route /{b}: path: conflicts with route /{a}",
+        ),
+        (
+            "redis_url = \"rediss://127.0.0.1:6380/#insecure\"\n".to_owned() + &route("gcra", 1),
+            "redis_url: rediss://127.0.0.1:6380/#insecure turns certificate checks off",
+        ),
+        (
+            "redis_cluster = [\"rediss://127.0.0.1:7000/#insecure\"]\n".to_owned()
+                + &route("gcra", 1),
+            "redis_cluster:",
+        ),
+        (
+            "redis_url = \"rediss://127.0.0.1:6380\"\ntls_ca_file = \"/nonexistent/ca.pem\"\n"
+                .to_owned()
+                + &route("gcra", 1),
+            "tls_ca_file: /nonexistent/ca.pem",
+        ),
+        (
+            "hash_clients_secret_env = \"REDLIMIT_TEST_UNSET_SECRET\"\n".to_owned()
+                + &route("gcra", 1),
+            "hash_clients_secret_env: the environment variable REDLIMIT_TEST_UNSET_SECRET",
+        ),
+        (
+            route("gcra", 1) + "idempotency_header = \"bad header\"\n",
+            "route /limited: idempotency_header",
         ),
     ];
     for (body, field) in cases {
@@ -695,4 +719,94 @@ async fn a_ban_started_in_one_process_is_honoured_by_the_other() {
     assert!(left >= 590, "the other process sees the ban: {left}");
     let fresh = http_get(demos[1].address, "/login", &[("x-api-key", "k2")]).await;
     assert_eq!(fresh.status, 200, "only k1 is banned");
+}
+
+/// With `hash_clients_secret_env`, no Redis key holds the client's text; the same request id 5
+/// times is counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashed_clients_and_request_ids_from_the_file() {
+    let server = RedisServer::start();
+    let config = format!(
+        "redis_url = \"{}\"\nhash_clients_secret_env = \"REDLIMIT_DEMO_TEST_SECRET\"\n\
+         repair_corrupt_state = true\n\
+         [[route]]\npath = \"/limited\"\nalgorithm = \"fixed_window\"\nlimit = 3\n\
+         window = \"1h\"\nkey = \"header:x-api-key\"\nidempotency_header = \"idempotency-key\"\n",
+        server.url()
+    );
+    let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let file = tempfile_lite::File::new(&format!("listen = \"{address}\"\n{config}"));
+    let mut child = Command::new(DEMO)
+        .args(["--config", file.path()])
+        .env("REDLIMIT_DEMO_TEST_SECRET", "a secret of the test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting redlimit-demo");
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(address).await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let headers = [("x-api-key", "visible-client"), ("idempotency-key", "once")];
+    for _ in 0..5 {
+        let response = http_get(address, "/limited", &headers).await;
+        assert_eq!(response.status, 200, "{response:?}");
+    }
+    let response = http_get(address, "/limited", &[("x-api-key", "visible-client")]).await;
+    let state = response.header("ratelimit").unwrap_or_default();
+    assert!(
+        state.starts_with("\"limited\";r=1;"),
+        "five retries of one id counted once, then one more: {response:?}"
+    );
+    let keys: Vec<String> = redis_tests_keys(&server);
+    assert!(!keys.is_empty());
+    assert!(
+        keys.iter().all(|k| !k.contains("visible-client")),
+        "a key holds the client's text: {keys:?}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Every key in `server`.
+fn redis_tests_keys(server: &RedisServer) -> Vec<String> {
+    let mut connection = server.connection();
+    redlimit::deadpool_redis::redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut connection)
+        .expect("KEYS")
+}
+
+/// A Redis with a private CA, given in the file: decided by Redis; with `tls-auth-clients`,
+/// mutual TLS with the client certificate and key in the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_ca_and_a_client_certificate_from_the_file() {
+    for mutual in [false, true] {
+        let pki = Pki::new(if mutual { "demo-mutual" } else { "demo-ca" });
+        let tls_port = free_port().to_string();
+        let args = pki.redis_args(&tls_port, mutual);
+        let _server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut store = format!(
+            "redis_url = \"rediss://127.0.0.1:{tls_port}\"\ntls_ca_file = \"{}\"\nbudget = \"2s\"\n",
+            pki.file("ca.crt")
+        );
+        if mutual {
+            store += &format!(
+                "tls_client_cert_file = \"{}\"\ntls_client_key_file = \"{}\"\n",
+                pki.file("client.crt"),
+                pki.file("client.key")
+            );
+        }
+        let demo = Demo::start(&format!("{store}{}", route("gcra", 3))).await;
+        let response = http_get(demo.address, "/limited", &[]).await;
+        assert_eq!(response.status, 200, "mutual {mutual}: {response:?}");
+        assert!(
+            response.body.contains("decided by redis"),
+            "mutual {mutual}: {response:?}: {}",
+            demo.output()
+        );
+    }
 }

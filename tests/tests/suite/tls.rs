@@ -1,78 +1,19 @@
 //! `rediss://` against a real redis-server with `--tls-port`, certificates made here.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use deadpool_redis::redis;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
-use redlimit_tests::{RedisServer, free_port};
+use redlimit_tests::{Pki, RedisServer, free_port};
 
 use crate::support::{alone, policy};
-
-/// A certificate authority and a server certificate for 127.0.0.1 it signed, as PEM files.
-struct Pki {
-    dir: PathBuf,
-    ca_pem: String,
-}
-
-impl Pki {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("redlimit-tls-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca_key = KeyPair::generate().expect("a CA key");
-        let ca_pem = ca_params.self_signed(&ca_key).expect("a CA").pem();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let server_params =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-                .expect("params");
-        let server_key = KeyPair::generate().expect("a server key");
-        let server_pem = server_params
-            .signed_by(&server_key, &issuer)
-            .expect("a server certificate")
-            .pem();
-        for (file, text) in [
-            ("ca.crt", ca_pem.as_str()),
-            ("server.crt", server_pem.as_str()),
-            ("server.key", server_key.serialize_pem().as_str()),
-        ] {
-            std::fs::write(dir.join(file), text).expect("writing a PEM file");
-        }
-        Self { dir, ca_pem }
-    }
-
-    fn file(&self, name: &str) -> String {
-        self.dir
-            .join(name)
-            .to_str()
-            .expect("a UTF-8 path")
-            .to_owned()
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 #[tokio::test]
 async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_failure_policy() {
     let pki = Pki::new("server");
     let tls_port = free_port().to_string();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &pki.file("server.crt"),
-        "--tls-key-file",
-        &pki.file("server.key"),
-        "--tls-ca-cert-file",
-        &pki.file("ca.crt"),
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let args = pki.redis_args(&tls_port, false);
+    let server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let url = format!("rediss://127.0.0.1:{tls_port}");
     let p = policy(Algorithm::Gcra, 2, 60_000, None);
 
@@ -120,4 +61,24 @@ async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_fai
         error.to_lowercase().contains("certificate"),
         "the error names the certificate: {error}"
     );
+}
+
+/// Mutual TLS: a server that asks for a client certificate decides with the one its authority
+/// signed, given to the builder.
+#[tokio::test]
+async fn a_client_certificate_signed_by_the_servers_ca_is_accepted() {
+    let pki = Pki::new("mutual");
+    let tls_port = free_port().to_string();
+    let args = pki.redis_args(&tls_port, true);
+    let _server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let read = |name: &str| std::fs::read(pki.file(name)).expect("a PEM file");
+    let backend = RedisBackend::builder(format!("rediss://127.0.0.1:{tls_port}"))
+        .tls_root_ca(pki.ca_pem.as_bytes())
+        .tls_client_certificate(read("client.crt"), read("client.key"))
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let p = policy(Algorithm::Gcra, 2, 60_000, None);
+    let decided = Limiter::new(backend).check(&alone(&p), "mutual").await;
+    assert_eq!(decided.expect("decided over mutual TLS")[0].remaining, 1);
 }
