@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::{RedisServer, free_port};
+
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
 };
@@ -63,24 +65,28 @@ impl Pki {
         Self { dir, ca_pem }
     }
 
-    /// The arguments of a redis-server serving TLS on `tls_port` with these certificates, and
-    /// asking clients for a certificate of this authority when `auth_clients`.
-    pub fn redis_args(&self, tls_port: &str, auth_clients: bool) -> Vec<String> {
-        let auth = if auth_clients { "yes" } else { "no" };
-        [
+    /// A redis-server serving TLS with these certificates on a free port, asking clients for a
+    /// certificate of this authority when `auth_clients`, and its `rediss://` URL.
+    pub fn start_server(&self, auth_clients: bool) -> (RedisServer, String) {
+        let tls_port = free_port().to_string();
+        let (cert, key, ca) = (
+            self.file("server.crt"),
+            self.file("server.key"),
+            self.file("ca.crt"),
+        );
+        let server = RedisServer::start_with(&[
             "--tls-port",
-            tls_port,
+            &tls_port,
             "--tls-cert-file",
-            &self.file("server.crt"),
+            &cert,
             "--tls-key-file",
-            &self.file("server.key"),
+            &key,
             "--tls-ca-cert-file",
-            &self.file("ca.crt"),
+            &ca,
             "--tls-auth-clients",
-            auth,
-        ]
-        .map(str::to_owned)
-        .to_vec()
+            if auth_clients { "yes" } else { "no" },
+        ]);
+        (server, format!("rediss://127.0.0.1:{tls_port}"))
     }
 
     /// The path of one of its files.

@@ -21,6 +21,11 @@ struct Demo {
 
 impl Demo {
     async fn start(config_body: &str) -> Self {
+        Self::start_with_env(config_body, &[]).await
+    }
+
+    /// As [`start`](Self::start), with these environment variables set.
+    async fn start_with_env(config_body: &str, env: &[(&str, &str)]) -> Self {
         let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let config = tempfile_lite::File::new(&format!("listen = \"{address}\"\n{config_body}"));
         let output = tempfile_lite::File::new("");
@@ -28,6 +33,7 @@ impl Demo {
         let stderr = stdout.try_clone().expect("an output file");
         let child = Command::new(DEMO)
             .args(["--config", config.path()])
+            .envs(env.iter().copied())
             .stdout(Stdio::from(stdout))
             .stderr(Stdio::from(stderr))
             .spawn()
@@ -733,23 +739,12 @@ async fn hashed_clients_and_request_ids_from_the_file() {
          window = \"1h\"\nkey = \"header:x-api-key\"\nidempotency_header = \"idempotency-key\"\n",
         server.url()
     );
-    let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let file = tempfile_lite::File::new(&format!("listen = \"{address}\"\n{config}"));
-    let mut child = Command::new(DEMO)
-        .args(["--config", file.path()])
-        .env("REDLIMIT_DEMO_TEST_SECRET", "a secret of the test")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting redlimit-demo");
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(address).await.is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never listened"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let demo = Demo::start_with_env(
+        &config,
+        &[("REDLIMIT_DEMO_TEST_SECRET", "a secret of the test")],
+    )
+    .await;
+    let address = demo.address;
     let headers = [("x-api-key", "visible-client"), ("idempotency-key", "once")];
     for _ in 0..5 {
         let response = http_get(address, "/limited", &headers).await;
@@ -767,8 +762,6 @@ async fn hashed_clients_and_request_ids_from_the_file() {
         keys.iter().all(|k| !k.contains("visible-client")),
         "a key holds the client's text: {keys:?}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Every key in `server`.
@@ -786,11 +779,9 @@ fn redis_tests_keys(server: &RedisServer) -> Vec<String> {
 async fn a_private_ca_and_a_client_certificate_from_the_file() {
     for mutual in [false, true] {
         let pki = Pki::new(if mutual { "demo-mutual" } else { "demo-ca" });
-        let tls_port = free_port().to_string();
-        let args = pki.redis_args(&tls_port, mutual);
-        let _server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let (_server, url) = pki.start_server(mutual);
         let mut store = format!(
-            "redis_url = \"rediss://127.0.0.1:{tls_port}\"\ntls_ca_file = \"{}\"\nbudget = \"2s\"\n",
+            "redis_url = \"{url}\"\ntls_ca_file = \"{}\"\nbudget = \"2s\"\n",
             pki.file("ca.crt")
         );
         if mutual {

@@ -4,17 +4,14 @@ use std::time::Duration;
 
 use deadpool_redis::redis;
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
-use redlimit_tests::{Pki, RedisServer, free_port};
+use redlimit_tests::Pki;
 
 use crate::support::{alone, policy};
 
 #[tokio::test]
 async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_failure_policy() {
     let pki = Pki::new("server");
-    let tls_port = free_port().to_string();
-    let args = pki.redis_args(&tls_port, false);
-    let server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let (server, url) = pki.start_server(false);
     let p = policy(Algorithm::Gcra, 2, 60_000, None);
 
     let trusted = RedisBackend::builder(&url)
@@ -68,11 +65,9 @@ async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_fai
 #[tokio::test]
 async fn a_client_certificate_signed_by_the_servers_ca_is_accepted() {
     let pki = Pki::new("mutual");
-    let tls_port = free_port().to_string();
-    let args = pki.redis_args(&tls_port, true);
-    let _server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (_server, url) = pki.start_server(true);
     let read = |name: &str| std::fs::read(pki.file(name)).expect("a PEM file");
-    let backend = RedisBackend::builder(format!("rediss://127.0.0.1:{tls_port}"))
+    let backend = RedisBackend::builder(url)
         .tls_root_ca(pki.ca_pem.as_bytes())
         .tls_client_certificate(read("client.crt"), read("client.key"))
         .budget(Duration::from_secs(5))
