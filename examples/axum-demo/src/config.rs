@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, fmt, net::SocketAddr, str::FromStr, time::Duration};
 
-use redlimit::{Algorithm, Ban, ConcurrencyPolicy, FailurePolicy, Policy};
+use redlimit::{Algorithm, Ban, ConcurrencyPolicy, FailurePolicy, Policy, PolicySet};
 use serde::{Deserialize, Deserializer, de::Error as _};
 use tower_redlimit::{AccessList, ClientIpHeader, HeaderStyle};
 
@@ -96,6 +96,24 @@ impl fmt::Debug for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "RedisUrl({self})")
     }
+}
+
+/// One `[[route.also]]` table: a limit checked together with its route's.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlsoLimit {
+    /// The policy's name, distinct within the route.
+    pub name: String,
+    /// One of the algorithm names.
+    #[serde(deserialize_with = "algorithm")]
+    pub algorithm: Algorithm,
+    /// Requests per window.
+    pub limit: u64,
+    /// The window, such as `"1m"`.
+    #[serde(deserialize_with = "duration")]
+    pub window: Duration,
+    /// For token bucket and GCRA: how many a fresh client may make at once.
+    pub burst: Option<u64>,
 }
 
 /// One `[[tier]]` table: the API keys on a plan.
@@ -263,6 +281,10 @@ pub struct Route {
     pub methods: Vec<String>,
     /// This route's failure policy, instead of the top-level one (`closed` on `/login`).
     pub failure: Option<Failure>,
+    /// More limits checked with the route's own, all or nothing (`[[route.also]]` tables): "3
+    /// per second and 5 per minute". Each denies with its own `Retry-After`. Defaults to none.
+    #[serde(default)]
+    pub also: Vec<AlsoLimit>,
     /// A request header naming a request id, such as `idempotency-key`: retries with the same
     /// id within `idempotency_window` are counted once. Defaults to none.
     pub idempotency_header: Option<String>,
@@ -577,6 +599,7 @@ impl Config {
         let mut names = HashMap::new();
         for route in &self.routes {
             let policy = route.policy()?;
+            route.policies(policy.clone())?;
             route.concurrency_policy()?;
             for tier in route.limits.keys() {
                 route.tier_policy(tier)?;
@@ -670,6 +693,29 @@ impl Route {
             |message: &dyn fmt::Display| ConfigFileError(format!("route {}: {message}", self.path));
         self.built(name, self.limit, self.window, self.burst)
             .map_err(|e| at(&e))
+    }
+
+    /// Every policy a request of the route is checked by: `first` (the route's own, or its
+    /// tier's), then its `also` limits, as one set.
+    ///
+    /// # Errors
+    /// A message naming the route and the field.
+    pub fn policies(&self, first: Policy) -> Result<PolicySet, ConfigFileError> {
+        let at = |what: &str, message: &dyn fmt::Display| {
+            ConfigFileError(format!("route {}: {what}: {message}", self.path))
+        };
+        let mut policies = vec![first];
+        for also in &self.also {
+            let mut builder = Policy::builder(also.name.clone(), also.algorithm)
+                .limit(also.limit)
+                .window(also.window);
+            if let Some(burst) = also.burst {
+                builder = builder.burst(burst);
+            }
+            let what = format!("also {}", also.name);
+            policies.push(builder.build().map_err(|e| at(&what, &e))?);
+        }
+        PolicySet::new(policies).map_err(|e| at("also", &e))
     }
 
     /// The route's policy for `tier`: its own numbers where `limits` gives none, named

@@ -12,7 +12,9 @@ use axum::{
     http::{HeaderMap, StatusCode, Uri},
     routing::{MethodFilter, MethodRouter, on},
 };
-use redlimit::{Decision, GuardedLimiter, KeyScheme, Limiter, MemoryBackend, Policy, RedisBackend};
+use redlimit::{
+    Decision, GuardedLimiter, KeyScheme, Limiter, MemoryBackend, PolicySet, RedisBackend,
+};
 use tower_redlimit::{AccessList, ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
 
 use self::config::{Count, Handler, KeyKind, RedisUrl, Route, SERVED_METHODS, Store};
@@ -96,14 +98,15 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
     for route in &config.routes {
         let at = |e: &dyn std::fmt::Display| ConfigFileError(format!("route {}: {e}", route.path));
         // Every guard of a route, its tiers' too, fails and waits alike.
-        let guard = |policy: Policy| {
-            GuardedLimiter::builder(limiter.clone(), policy)
+        let guard = |policies: PolicySet| {
+            GuardedLimiter::builder(limiter.clone(), policies)
                 .failure(route.failure.unwrap_or(config.failure).policy())
                 .budget(route.budget.unwrap_or(config.budget))
                 .shadow(route.shadow)
                 .build()
         };
-        let mut layer = RateLimitLayer::new(guard(route.policy()?)).headers(config.headers);
+        let mut layer =
+            RateLimitLayer::new(guard(route.policies(route.policy()?)?)).headers(config.headers);
         let list = |top: &[String], own: &[String]| {
             AccessList::new(top.iter().chain(own))
                 .map(|list| list.client_ip(client_ip.clone()))
@@ -133,7 +136,7 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
             let names: Vec<String> = route.limits.keys().cloned().collect();
             let mut tiers = Vec::new();
             for tier in &names {
-                tiers.push(guard(route.tier_policy(tier)?));
+                tiers.push(guard(route.policies(route.tier_policy(tier)?)?));
             }
             layer = layer.tiers(tiers, tier_chooser(config, names)?);
         }

@@ -276,6 +276,11 @@ fn a_bad_file_exits_non_zero_naming_the_field() {
             route("gcra", 1) + "idempotency_header = \"bad header\"\n",
             "route /limited: idempotency_header",
         ),
+        (
+            route("gcra", 1)
+                + "[[route.also]]\nname = \"daily\"\nalgorithm = \"gcra\"\nlimit = 0\nwindow = \"1d\"\n",
+            "route /limited: also daily:",
+        ),
     ];
     for (body, field) in cases {
         let file = tempfile_lite::File::new(&body);
@@ -800,4 +805,46 @@ async fn a_private_ca_and_a_client_certificate_from_the_file() {
             demo.output()
         );
     }
+}
+
+/// A route of 3 per second and also 5 per minute, checked together: the 4th request within a
+/// second is denied by the first limit (its `Retry-After` a second), and once that second has
+/// passed, the 6th admitted request is refused by the second (its `Retry-After` the minute's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_with_two_limits_denies_by_whichever_is_spent() {
+    let server = RedisServer::start();
+    let config = format!(
+        "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/limited\"\nname = \"per-second\"\n\
+         algorithm = \"gcra\"\nlimit = 3\nwindow = \"1s\"\n\
+         [[route.also]]\nname = \"per-minute\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\n\
+         window = \"1m\"\n",
+        server.url()
+    );
+    let demo = Demo::start(&config).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(http_get(demo.address, "/limited", &[]).await);
+    }
+    let codes: Vec<u16> = statuses.iter().map(|r| r.status).collect();
+    assert_eq!(codes, [200, 200, 200, 429]);
+    let denied = &statuses[3];
+    assert_eq!(denied.header("retry-after"), Some("1"), "{denied:?}");
+    let policy = denied.header("ratelimit-policy").unwrap_or_default();
+    assert!(
+        policy.contains("\"per-second\";q=3;w=1") && policy.contains("\"per-minute\";q=5;w=60"),
+        "{policy}"
+    );
+    // The per-second limit's own wait, as it answered it: then 2 more fit the minute's 5.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut later = Vec::new();
+    for _ in 0..3 {
+        later.push(http_get(demo.address, "/limited", &[]).await);
+    }
+    let codes: Vec<u16> = later.iter().map(|r| r.status).collect();
+    assert_eq!(codes, [200, 200, 429], "{later:?}");
+    let retry: u64 = later[2]
+        .header("retry-after")
+        .and_then(|s| s.parse().ok())
+        .expect("Retry-After");
+    assert!(retry > 50, "the per-minute limit's wait: {retry}");
 }
