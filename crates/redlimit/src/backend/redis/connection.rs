@@ -13,7 +13,7 @@ use crate::{Error, ErrorKind};
 pub(crate) enum Pools {
     Standalone(deadpool_redis::Pool),
     #[cfg(feature = "cluster")]
-    Cluster(deadpool_redis::cluster::Pool),
+    Cluster(super::cluster_pool::ClusterPool),
     #[cfg(feature = "sentinel")]
     Sentinel(deadpool_redis::sentinel::Pool),
 }
@@ -22,7 +22,7 @@ pub(crate) enum Pools {
 pub(crate) enum Held {
     Standalone(deadpool_redis::Connection),
     #[cfg(feature = "cluster")]
-    Cluster(deadpool_redis::cluster::Connection),
+    Cluster(super::cluster_pool::ClusterObject),
     #[cfg(feature = "sentinel")]
     Sentinel(deadpool_redis::sentinel::Connection),
 }
@@ -96,7 +96,7 @@ impl Held {
         match self {
             Self::Standalone(held) => drop(deadpool_redis::Connection::take(held)),
             #[cfg(feature = "cluster")]
-            Self::Cluster(held) => drop(deadpool_redis::cluster::Connection::take(held)),
+            Self::Cluster(held) => drop(super::cluster_pool::ClusterObject::take(held)),
             #[cfg(feature = "sentinel")]
             Self::Sentinel(held) => drop(deadpool_redis::sentinel::Connection::take(held)),
         }

@@ -19,8 +19,11 @@ use deadpool_redis::{
 };
 
 mod batch;
+#[cfg(feature = "cluster")]
+mod cluster_pool;
 mod connection;
 pub(crate) mod protocol;
+mod refusal;
 mod scripts;
 #[cfg(feature = "tls")]
 mod tls;
@@ -531,12 +534,24 @@ impl RedisBackend {
         script: &Script,
         conn: &mut (impl ConnectionLike + Send),
     ) -> Result<T, RedisError> {
-        let reply = call.evalsha(script).query_async::<T>(conn).await;
-        if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
-        {
-            return call.eval(script).query_async(conn).await;
+        let mut refusals = 0;
+        loop {
+            let mut reply = call.evalsha(script).query_async::<T>(conn).await;
+            if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
+            {
+                reply = call.eval(script).query_async(conn).await;
+            }
+            match &reply {
+                Err(err)
+                    if refusals < refusal::REFUSALS_RETRIED
+                        && refusal::refused_before_running(err) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(10 << refusals)).await;
+                    refusals += 1;
+                }
+                _ => return reply,
+            }
         }
-        reply
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
@@ -729,10 +744,10 @@ impl RedisBackendBuilder {
                 for url in urls {
                     check_url("cluster urls", url)?;
                 }
-                let manager = deadpool_redis::cluster::Manager::new(urls.clone(), false)
+                let manager = cluster_pool::ClusterManager::new(urls.clone())
                     .map_err(|e| invalid("cluster urls")(&e))?;
                 Pools::Cluster(pool!(
-                    deadpool_redis::cluster::Pool::builder(manager),
+                    cluster_pool::ClusterPool::builder(manager),
                     "cluster urls"
                 ))
             }

@@ -1,0 +1,61 @@
+//! The pool of Redis Cluster connections, whose client never sends a command again by itself.
+//! redis-rs's cluster client by default resends a request after a lost connection, and a
+//! script whose reply was lost may have run: sent again, its checks would count twice. What
+//! Redis refused unrun (a redirect, `CLUSTERDOWN` during a failover) is sent again by the
+//! backend instead (see `refusal.rs`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use deadpool::managed;
+use deadpool_redis::redis::{
+    self, IntoConnectionInfo, RedisError, RedisResult,
+    cluster::{ClusterClient, ClusterClientBuilder},
+    cluster_async::ClusterConnection,
+};
+
+/// Makes cluster connections that never retry, and checks a pooled one with a `PING`.
+pub(crate) struct ClusterManager {
+    client: ClusterClient,
+    pings: AtomicUsize,
+}
+
+impl ClusterManager {
+    /// A manager for the cluster reached through the seed `urls`.
+    pub(crate) fn new<T: IntoConnectionInfo>(urls: Vec<T>) -> RedisResult<Self> {
+        Ok(Self {
+            client: ClusterClientBuilder::new(urls).retries(0).build()?,
+            pings: AtomicUsize::new(0),
+        })
+    }
+}
+
+impl managed::Manager for ClusterManager {
+    type Type = ClusterConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<ClusterConnection, RedisError> {
+        self.client.get_async_connection().await
+    }
+
+    async fn recycle(
+        &self,
+        conn: &mut ClusterConnection,
+        _: &managed::Metrics,
+    ) -> managed::RecycleResult<RedisError> {
+        let ping = self.pings.fetch_add(1, Ordering::Relaxed).to_string();
+        let echoed: String = redis::cmd("PING").arg(&ping).query_async(conn).await?;
+        if echoed == ping {
+            Ok(())
+        } else {
+            Err(managed::RecycleError::message(
+                "a PING answered something else",
+            ))
+        }
+    }
+}
+
+/// The pool of [`ClusterManager`]'s connections.
+pub(crate) type ClusterPool = managed::Pool<ClusterManager>;
+
+/// A connection checked out of a [`ClusterPool`].
+pub(crate) type ClusterObject = managed::Object<ClusterManager>;
