@@ -34,6 +34,8 @@ pub struct Config {
     /// Redis keys as a keyed hash of their identifier, never as text. The secret itself never
     /// goes in this file.
     pub hash_clients_secret_env: Option<String>,
+    /// What every Redis key of the limiter starts with. Defaults to `redlimit`.
+    pub key_prefix: Option<String>,
     /// Proxy networks whose forwarding headers are believed.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,

@@ -29,7 +29,12 @@ pub use self::{
 /// # Errors
 /// An unusable `redis_url`, an unreadable TLS file, a missing `hash_clients_secret_env`.
 pub fn limiter(config: &Config) -> Result<Limiter, ConfigFileError> {
-    let mut keys = KeyScheme::default();
+    let mut keys = match &config.key_prefix {
+        Some(prefix) => {
+            KeyScheme::new(prefix).map_err(|e| ConfigFileError(format!("key_prefix: {e}")))?
+        }
+        None => KeyScheme::default(),
+    };
     if let Some(name) = &config.hash_clients_secret_env {
         let secret = std::env::var(name).ok().filter(|s| !s.is_empty());
         let secret = secret.ok_or_else(|| {

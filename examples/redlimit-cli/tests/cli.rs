@@ -371,3 +371,54 @@ async fn override_gives_one_client_other_numbers_until_cleared() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// An application that is not the demo, with keys under its own prefix: the policy named on
+/// the command line, no file. inspect sees what the application's checks used, top lists the
+/// client, reset deletes its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
+    let server = RedisServer::start();
+    let login = redlimit::Policy::builder("login", redlimit::Algorithm::FixedWindow)
+        .limit(5)
+        .window(std::time::Duration::from_secs(900))
+        .build()
+        .expect("a policy");
+    let limiter = redlimit::Limiter::with_prefix(server.backend(), "shop").expect("prefix");
+    for _ in 0..2 {
+        let checked = limiter.check(&login.clone().into(), "alice").await;
+        assert!(checked.expect("a check")[0].allowed);
+    }
+    let url = server.url();
+    let named = [
+        "--policy",
+        "login:fixed_window:5/15m",
+        "--redis",
+        &url,
+        "--prefix",
+        "shop",
+    ];
+    let with = |command: &str, client: Option<&str>| {
+        let mut args = vec![command];
+        args.extend_from_slice(&named);
+        if let Some(client) = client {
+            args.extend(["--client", client]);
+        }
+        ok(&args)
+    };
+    let seen = with("inspect", Some("alice"));
+    assert!(seen.contains("remaining  3 of 5"), "{seen}");
+    assert!(seen.contains("key        shop:login:{alice}:fw:"), "{seen}");
+    assert!(with("top", None).contains("alice"));
+    assert!(with("reset", Some("alice")).contains("deleted"));
+    assert!(with("inspect", Some("alice")).contains("remaining  5 of 5"));
+    let bad = cli(&[
+        "inspect",
+        "--policy",
+        "login:fixed_window:5",
+        "--redis",
+        &url,
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("NAME:ALGORITHM:LIMIT/WINDOW"), "{stderr}");
+}

@@ -32,8 +32,10 @@ pub struct Args {
 }
 
 /// Flags that take a value, and which commands take them.
-const FLAGS: [&str; 11] = [
+const FLAGS: [&str; 13] = [
     "--config",
+    "--policy",
+    "--prefix",
     "--route",
     "--client",
     "--redis",
@@ -85,9 +87,18 @@ impl Args {
             flags,
             json,
         };
-        args.require("--config")?;
-        if args.command != Command::Suggest {
-            args.require("--route")?;
+        // A demo's file, or one policy named here for any application's keys.
+        match (args.flag("--config"), args.flag("--policy")) {
+            (Some(_), Some(_)) => return Err("give --config or --policy, not both".to_owned()),
+            (None, None) => return Err("--config (or --policy) is needed".to_owned()),
+            (None, Some(_)) => {
+                args.require("--redis")?;
+            }
+            (Some(_), None) => {
+                if args.command != Command::Suggest {
+                    args.require("--route")?;
+                }
+            }
         }
         if matches!(
             args.command,
@@ -147,6 +158,8 @@ mod tests {
             ("", "a command"),
             ("frob --config f", "frob"),
             ("top --route /a", "--config"),
+            ("top --policy a:gcra:5/1m", "--redis"),
+            ("top --config f --policy a:gcra:5/1m --route /a", "not both"),
             ("top --config f", "--route"),
             ("reset --config f --route /a", "--client"),
             ("top --config f --route /a --colour red", "--colour"),

@@ -21,6 +21,8 @@ use crate::{
 
 /// `redlimit --help`.
 pub const USAGE: &str = "usage:
+  redlimit COMMAND --policy NAME:ALGORITHM:LIMIT/WINDOW[:BURST] --redis URL [--prefix P] ...
+                  (any application's keys: no file; --route is not needed)
   redlimit inspect --config FILE --route PATH --client KEY [--redis URL]
   redlimit reset   --config FILE --route PATH --client KEY [--redis URL]
   redlimit check   --config FILE --route PATH --client KEY [--redis URL]
@@ -188,8 +190,16 @@ fn duration(args: &Args, flag: &str) -> Result<Option<Duration>, Failure> {
 /// The file, with `--redis` in place of its store and the tool's budget.
 fn config(args: &Args) -> Result<Config, Failure> {
     let path = args.flag("--config").unwrap_or_default();
-    let text = std::fs::read_to_string(path).map_err(|e| usage(format!("{path}: {e}")))?;
-    let mut config = Config::parse(&text).map_err(|e| usage(format!("{path}: {e}")))?;
+    let mut config = match args.flag("--policy") {
+        Some(spec) => named_policy(spec)?,
+        None => {
+            let text = std::fs::read_to_string(path).map_err(|e| usage(format!("{path}: {e}")))?;
+            Config::parse(&text).map_err(|e| usage(format!("{path}: {e}")))?
+        }
+    };
+    if let Some(prefix) = args.flag("--prefix") {
+        config.key_prefix = Some(prefix.to_owned());
+    }
     if let Some(url) = args.flag("--redis") {
         let url: RedisUrl = serde::Deserialize::deserialize(serde::de::value::StrDeserializer::<
             serde::de::value::Error,
@@ -209,7 +219,58 @@ fn config(args: &Args) -> Result<Config, Failure> {
     Ok(config)
 }
 
+/// The configuration of one route checked by the policy `spec` names
+/// (`NAME:ALGORITHM:LIMIT/WINDOW[:BURST]`, such as `login:fixed_window:5/15m`); the caller
+/// adds `--redis` and `--prefix`. What an application that is not the demo needs to reach its
+/// clients' keys.
+fn named_policy(spec: &str) -> Result<Config, Failure> {
+    let bad = || {
+        usage(format!(
+            "--policy: {spec:?} is not NAME:ALGORITHM:LIMIT/WINDOW[:BURST], such as \
+             login:fixed_window:5/15m"
+        ))
+    };
+    let mut parts = spec.split(':');
+    let (Some(name), Some(algorithm), Some(numbers)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    let (limit, window) = numbers.split_once('/').ok_or_else(bad)?;
+    let burst = parts.next();
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    // Each value goes into the TOML as a number or a string of plain characters (names,
+    // algorithms and durations have no others), so nothing in it can end the string.
+    let quoted = |text: &str| {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "_-. ".contains(c);
+        if text.chars().all(plain) {
+            Ok(format!("\"{text}\""))
+        } else {
+            Err(bad())
+        }
+    };
+    let number = |text: &str| text.parse::<u64>().map_err(|_| bad());
+    let mut text = format!(
+        "[[route]]\npath = \"/\"\nname = {}\nalgorithm = {}\nlimit = {}\nwindow = {}\n",
+        quoted(name)?,
+        quoted(algorithm)?,
+        number(limit)?,
+        quoted(window)?
+    );
+    if let Some(burst) = burst {
+        text += &format!("burst = {}\n", number(burst)?);
+    }
+    Config::parse(&text).map_err(|e| usage(format!("--policy: {e}")))
+}
+
 fn route<'a>(args: &Args, config: &'a Config) -> Result<&'a Route, Failure> {
+    if args.flag("--policy").is_some() {
+        return config
+            .routes
+            .first()
+            .ok_or_else(|| usage("--policy: no route"));
+    }
     let path = args.flag("--route").unwrap_or_default();
     config
         .routes
