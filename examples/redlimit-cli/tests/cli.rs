@@ -409,6 +409,27 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     assert!(seen.contains("remaining  3 of 5"), "{seen}");
     assert!(seen.contains("key        shop:login:{alice}:fw:"), "{seen}");
     assert!(with("top", None).contains("alice"));
+    // One number off: no state, and a warning naming the numbers the keys have.
+    let off = [
+        "--policy",
+        "login:fixed_window:6/15m",
+        "--redis",
+        &url,
+        "--prefix",
+        "shop",
+    ];
+    let mut args = vec!["inspect", "--client", "alice"];
+    args.extend_from_slice(&off);
+    let seen = ok(&args);
+    assert!(seen.contains("remaining  6 of 6"), "{seen}");
+    assert!(
+        seen.contains(
+            "warning: no state of login under these numbers (fw:900000:6); its keys have: \
+             fw:900000:5"
+        ),
+        "{seen}"
+    );
+    assert!(!with("inspect", Some("alice")).contains("warning"));
     assert!(with("reset", Some("alice")).contains("deleted"));
     assert!(with("inspect", Some("alice")).contains("remaining  5 of 5"));
     let bad = cli(&[

@@ -4,6 +4,7 @@
 
 mod args;
 mod distribution;
+mod other_numbers;
 
 use std::{fmt::Write as _, time::Duration};
 
@@ -88,7 +89,11 @@ pub async fn run(args: &Args) -> Result<String, Failure> {
                 .inspect(&policy, client)
                 .await
                 .map_err(|e| redis(&e))?;
-            Ok(describe(&seen))
+            let mut out = describe(&seen);
+            if seen.ttl.is_none() {
+                out += &hint(args, &limiter, &policy).await;
+            }
+            Ok(out)
         }
         Command::Reset => {
             let deleted = limiter
@@ -120,7 +125,13 @@ pub async fn run(args: &Args) -> Result<String, Failure> {
                 retry(decision.retry_after)
             ))
         }
-        Command::Top => top(args, &policy, &limiter).await,
+        Command::Top => {
+            let mut out = top(args, &policy, &limiter).await?;
+            if out.starts_with("0 keys") {
+                out += &hint(args, &limiter, &policy).await;
+            }
+            Ok(out)
+        }
         Command::Override => {
             let numbers = numbers(args)?;
             let ttl = duration(args, "--ttl")?.unwrap_or_default();
@@ -217,6 +228,17 @@ fn config(args: &Args) -> Result<Config, Failure> {
     }
     config.budget = BUDGET;
     Ok(config)
+}
+
+/// For a policy named on the command line that found nothing: the numbers its name's keys do
+/// have, if any (a number off by one otherwise reads as "no state, all remaining").
+async fn hint(args: &Args, limiter: &Limiter, policy: &Policy) -> String {
+    match (args.flag("--policy"), args.flag("--redis")) {
+        (Some(_), Some(url)) => other_numbers::warning(url, limiter, policy)
+            .await
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
 }
 
 /// The configuration of one route checked by the policy `spec` names
