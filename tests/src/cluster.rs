@@ -4,7 +4,7 @@ use std::{net::TcpListener, process::Command, time::Duration};
 
 use deadpool_redis::redis;
 
-use crate::{RedisServer, free_port, server::settle};
+use crate::{Pki, RedisServer, free_port, server::settle};
 
 /// How long the cluster may take to form, or to promote a replica.
 const SETTLE_WITHIN: Duration = Duration::from_secs(30);
@@ -29,6 +29,29 @@ impl RedisCluster {
     /// Starts the nodes, creates the cluster and waits until every slot is served and every
     /// replica is in sync.
     pub fn start() -> Self {
+        Self::start_with(|_| Vec::new())
+    }
+
+    /// As [`start`](Self::start), every node also serving TLS with `pki`'s certificates (the
+    /// cluster bus and replication too), and the `rediss://` seed URLs.
+    pub fn start_tls(pki: &Pki) -> (Self, Vec<String>) {
+        let mut tls_ports = Vec::new();
+        let cluster = Self::start_with(|_| {
+            let tls_port = free_port().to_string();
+            let mut extra = pki.tls_settings(&tls_port, false);
+            extra.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned));
+            tls_ports.push(tls_port);
+            extra
+        });
+        let urls = tls_ports
+            .iter()
+            .map(|port| format!("rediss://127.0.0.1:{port}"))
+            .collect();
+        (cluster, urls)
+    }
+
+    /// Starts the cluster, each node with `extra(port)` settings besides the cluster's.
+    fn start_with(mut extra: impl FnMut(u16) -> Vec<String>) -> Self {
         let settings = [
             "--cluster-enabled",
             "yes",
@@ -42,7 +65,15 @@ impl RedisCluster {
         ];
         let nodes: Vec<RedisServer> = bus_ports(6)
             .into_iter()
-            .map(|port| RedisServer::start_on_port_with(port, &settings))
+            .map(|port| {
+                let own = extra(port);
+                let all: Vec<&str> = settings
+                    .iter()
+                    .copied()
+                    .chain(own.iter().map(String::as_str))
+                    .collect();
+                RedisServer::start_on_port_with(port, &all)
+            })
             .collect();
         let cluster = Self { nodes };
         let addresses: Vec<String> = cluster

@@ -69,24 +69,28 @@ impl Pki {
     /// certificate of this authority when `auth_clients`, and its `rediss://` URL.
     pub fn start_server(&self, auth_clients: bool) -> (RedisServer, String) {
         let tls_port = free_port().to_string();
-        let (cert, key, ca) = (
-            self.file("server.crt"),
-            self.file("server.key"),
-            self.file("ca.crt"),
-        );
-        let server = RedisServer::start_with(&[
+        let settings = self.tls_settings(&tls_port, auth_clients);
+        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+        let server = RedisServer::start_with(&settings);
+        (server, format!("rediss://127.0.0.1:{tls_port}"))
+    }
+
+    /// The settings of a redis-server serving TLS on `tls_port` with these certificates.
+    pub(crate) fn tls_settings(&self, tls_port: &str, auth_clients: bool) -> Vec<String> {
+        [
             "--tls-port",
-            &tls_port,
+            tls_port,
             "--tls-cert-file",
-            &cert,
+            &self.file("server.crt"),
             "--tls-key-file",
-            &key,
+            &self.file("server.key"),
             "--tls-ca-cert-file",
-            &ca,
+            &self.file("ca.crt"),
             "--tls-auth-clients",
             if auth_clients { "yes" } else { "no" },
-        ]);
-        (server, format!("rediss://127.0.0.1:{tls_port}"))
+        ]
+        .map(str::to_owned)
+        .to_vec()
     }
 
     /// The path of one of its files.

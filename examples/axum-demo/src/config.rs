@@ -20,7 +20,7 @@ pub struct Config {
     /// Sentinels and the name of the primary they watch.
     pub redis_sentinel: Option<Sentinel>,
     /// A PEM file of the CA that signed a `rediss://` server's certificate (a private CA);
-    /// without it, the system's roots. Standalone `redis_url` only.
+    /// without it, the system's roots. For `redis_url` and `redis_cluster`.
     pub tls_ca_file: Option<std::path::PathBuf>,
     /// A PEM client certificate, for mutual TLS; with `tls_client_key_file`.
     pub tls_client_cert_file: Option<std::path::PathBuf>,
@@ -547,9 +547,11 @@ impl Config {
             )));
         }
         let tls_files = self.tls_ca_file.is_some() || self.tls_client_cert_file.is_some();
-        if tls_files && self.redis_url.is_none() {
+        if tls_files && self.redis_sentinel.is_some() {
             return Err(ConfigFileError(
-                "tls_ca_file, tls_client_cert_file: only with redis_url in this version".to_owned(),
+                "tls_ca_file, tls_client_cert_file: with redis_url or redis_cluster only, not \
+                 through Sentinel yet"
+                    .to_owned(),
             ));
         }
         if self.tls_client_cert_file.is_some() != self.tls_client_key_file.is_some() {

@@ -268,6 +268,13 @@ fn a_bad_file_exits_non_zero_naming_the_field() {
             "tls_ca_file: /nonexistent/ca.pem",
         ),
         (
+            "redis_sentinel = { urls = [\"redis://127.0.0.1:26379\"], master = \"m\" }\n\
+             tls_ca_file = \"ca.pem\"\n"
+                .to_owned()
+                + &route("gcra", 1),
+            "not through Sentinel",
+        ),
+        (
             "hash_clients_secret_env = \"REDLIMIT_TEST_UNSET_SECRET\"\n".to_owned()
                 + &route("gcra", 1),
             "hash_clients_secret_env: the environment variable REDLIMIT_TEST_UNSET_SECRET",
@@ -847,4 +854,24 @@ async fn a_route_with_two_limits_denies_by_whichever_is_spent() {
         .and_then(|s| s.parse().ok())
         .expect("Retry-After");
     assert!(retry > 50, "the per-minute limit's wait: {retry}");
+}
+
+/// A Cluster serving TLS with a private CA, the CA given in the file: decided by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_with_a_private_ca_from_the_file() {
+    let pki = Pki::new("demo-cluster");
+    let (_cluster, urls) = RedisCluster::start_tls(&pki);
+    let urls: Vec<String> = urls.iter().map(|url| format!("\"{url}\"")).collect();
+    let store = format!(
+        "redis_cluster = [{}]\ntls_ca_file = \"{}\"\nbudget = \"2s\"\n",
+        urls.join(", "),
+        pki.file("ca.crt")
+    );
+    let demo = Demo::start(&format!("{store}{}", route("gcra", 3))).await;
+    let response = http_get(demo.address, "/limited", &[]).await;
+    assert!(
+        response.body.contains("decided by redis"),
+        "{response:?}: {}",
+        demo.output()
+    );
 }

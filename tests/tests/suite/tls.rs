@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use deadpool_redis::redis;
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
-use redlimit_tests::Pki;
+use redlimit_tests::{Pki, RedisCluster};
 
 use crate::support::{alone, policy};
 
@@ -76,4 +76,28 @@ async fn a_client_certificate_signed_by_the_servers_ca_is_accepted() {
     let p = policy(Algorithm::Gcra, 2, 60_000, None);
     let decided = Limiter::new(backend).check(&alone(&p), "mutual").await;
     assert_eq!(decided.expect("decided over mutual TLS")[0].remaining, 1);
+}
+
+/// A Cluster whose nodes serve TLS with a private CA: checks on keys of every primary decide
+/// over TLS given the CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_with_a_private_ca_decides() {
+    let pki = Pki::new("cluster");
+    let (_cluster, urls) = RedisCluster::start_tls(&pki);
+    let backend = RedisBackend::cluster(urls)
+        .tls_root_ca(pki.ca_pem.as_bytes())
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let limiter = Limiter::new(backend);
+    let p = policy(Algorithm::FixedWindow, 2, 60_000, None);
+    for i in 0..12 {
+        let client = format!("tls-client-{i}");
+        let decided = limiter.check(&alone(&p), &client).await;
+        assert_eq!(
+            decided.expect("decided over TLS")[0].remaining,
+            1,
+            "{client}"
+        );
+    }
 }

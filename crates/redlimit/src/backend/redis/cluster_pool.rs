@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use deadpool::managed;
 use deadpool_redis::redis::{
-    self, IntoConnectionInfo, RedisError, RedisResult,
+    self, RedisError, RedisResult,
     cluster::{ClusterClient, ClusterClientBuilder},
     cluster_async::ClusterConnection,
 };
@@ -20,10 +20,10 @@ pub(crate) struct ClusterManager {
 }
 
 impl ClusterManager {
-    /// A manager for the cluster reached through the seed `urls`.
-    pub(crate) fn new<T: IntoConnectionInfo>(urls: Vec<T>) -> RedisResult<Self> {
+    /// A manager for the cluster `builder` reaches (its seeds, and certificates).
+    pub(crate) fn new(builder: ClusterClientBuilder) -> RedisResult<Self> {
         Ok(Self {
-            client: ClusterClientBuilder::new(urls).retries(0).build()?,
+            client: builder.retries(0).build()?,
             pings: AtomicUsize::new(0),
         })
     }

@@ -641,7 +641,8 @@ impl RedisBackendBuilder {
     }
 
     /// Trusts the certificate authority in `pem` (PEM-encoded) instead of the system's roots, for
-    /// a standalone `rediss://` server with a private CA. Defaults to the system's roots.
+    /// a standalone `rediss://` server or a Cluster's nodes with a private CA. Defaults to the
+    /// system's roots.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -650,7 +651,7 @@ impl RedisBackendBuilder {
     }
 
     /// Presents this client certificate and key (both PEM-encoded) to a standalone `rediss://`
-    /// server that asks for one (`tls-auth-clients yes`). Defaults to none.
+    /// server or a Cluster's nodes that ask for one (`tls-auth-clients yes`). Defaults to none.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
@@ -744,7 +745,14 @@ impl RedisBackendBuilder {
                 for url in urls {
                     check_url("cluster urls", url)?;
                 }
-                let manager = cluster_pool::ClusterManager::new(urls.clone())
+                #[cfg_attr(not(feature = "tls"), expect(unused_mut))]
+                let mut client =
+                    deadpool_redis::redis::cluster::ClusterClientBuilder::new(urls.clone());
+                #[cfg(feature = "tls")]
+                if let Some(certificates) = self.tls.certificates() {
+                    client = client.certs(certificates);
+                }
+                let manager = cluster_pool::ClusterManager::new(client)
                     .map_err(|e| invalid("cluster urls")(&e))?;
                 Pools::Cluster(pool!(
                     cluster_pool::ClusterPool::builder(manager),
@@ -753,6 +761,15 @@ impl RedisBackendBuilder {
             }
             #[cfg(feature = "sentinel")]
             Topology::Sentinel { urls, master } => {
+                #[cfg(feature = "tls")]
+                if self.tls.is_set() {
+                    return Err(ConfigError::Redis {
+                        field: "tls",
+                        message: "certificates through Sentinel are not supported yet; a \
+                                  rediss:// primary is checked against the system's roots"
+                            .to_owned(),
+                    });
+                }
                 if urls.is_empty() {
                     return Err(ConfigError::Missing {
                         field: "sentinel urls",

@@ -6,7 +6,7 @@ use deadpool_redis::redis::{self, ClientTlsConfig, ConnectionInfo, TlsCertificat
 
 use crate::ConfigError;
 
-/// PEM-encoded certificates for a standalone `rediss://` server. `Debug` shows which are set,
+/// PEM-encoded certificates for `rediss://` servers (standalone or a Cluster's nodes). `Debug` shows which are set,
 /// never the private key.
 #[derive(Clone, Default)]
 pub(super) struct Tls {
@@ -24,23 +24,13 @@ impl fmt::Debug for Tls {
 }
 
 impl Tls {
-    fn is_set(&self) -> bool {
+    pub(super) fn is_set(&self) -> bool {
         self.root_ca.is_some() || self.client.is_some()
     }
 
-    /// The connection settings of `url` with these certificates, or `None` when there are none
-    /// (the URL alone then says everything: `rediss://` trusts the system's roots).
-    pub(super) fn connection_info(&self, url: &str) -> Result<Option<ConnectionInfo>, ConfigError> {
-        if !self.is_set() {
-            return Ok(None);
-        }
-        if !url.starts_with("rediss://") {
-            return Err(ConfigError::Redis {
-                field: "tls",
-                message: "certificates need a rediss:// URL".to_owned(),
-            });
-        }
-        let certificates = TlsCertificates {
+    /// These certificates for a client, or `None` when there are none.
+    pub(super) fn certificates(&self) -> Option<TlsCertificates> {
+        self.is_set().then(|| TlsCertificates {
             client_tls: self
                 .client
                 .clone()
@@ -49,6 +39,20 @@ impl Tls {
                     client_key,
                 }),
             root_cert: self.root_ca.clone(),
+        })
+    }
+
+    /// The connection settings of `url` with these certificates, or `None` when there are none
+    /// (the URL alone then says everything: `rediss://` trusts the system's roots).
+    pub(super) fn connection_info(&self, url: &str) -> Result<Option<ConnectionInfo>, ConfigError> {
+        if self.is_set() && !url.starts_with("rediss://") {
+            return Err(ConfigError::Redis {
+                field: "tls",
+                message: "certificates need a rediss:// URL".to_owned(),
+            });
+        }
+        let Some(certificates) = self.certificates() else {
+            return Ok(None);
         };
         let client =
             redis::Client::build_with_tls(url, certificates).map_err(|e| ConfigError::Redis {
