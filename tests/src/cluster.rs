@@ -6,6 +6,10 @@ use deadpool_redis::redis;
 
 use crate::{Pki, RedisServer, free_port, server::settle};
 
+/// How far below a TLS node's port its TLS port is: below the ephemeral range that free ports
+/// come from, so no other test's server takes it meanwhile.
+const TLS_BELOW: u16 = 10_000;
+
 /// How long the cluster may take to form, or to promote a replica.
 const SETTLE_WITHIN: Duration = Duration::from_secs(30);
 
@@ -29,17 +33,30 @@ impl RedisCluster {
     /// Starts the nodes, creates the cluster and waits until every slot is served and every
     /// replica is in sync.
     pub fn start() -> Self {
-        Self::start_with(|_| Vec::new())
+        Self::start_with(false, |_| Vec::new())
     }
 
     /// As [`start`](Self::start), every node also serving TLS with `pki`'s certificates (the
     /// cluster bus and replication too), and the `rediss://` seed URLs.
     pub fn start_tls(pki: &Pki) -> (Self, Vec<String>) {
         let mut tls_ports = Vec::new();
-        let cluster = Self::start_with(|_| {
-            let tls_port = free_port().to_string();
+        let cluster = Self::start_with(true, |port| {
+            let tls_port = (port - TLS_BELOW).to_string();
             let mut extra = pki.tls_settings(&tls_port, false);
-            extra.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned));
+            // The bus stays on port + 10,000, where bus_ports found it free (over TLS it
+            // would default to the TLS port's + 10,000).
+            let bus = (port + 10_000).to_string();
+            extra.extend(
+                [
+                    "--tls-cluster",
+                    "yes",
+                    "--tls-replication",
+                    "yes",
+                    "--cluster-port",
+                    &bus,
+                ]
+                .map(str::to_owned),
+            );
             tls_ports.push(tls_port);
             extra
         });
@@ -50,8 +67,9 @@ impl RedisCluster {
         (cluster, urls)
     }
 
-    /// Starts the cluster, each node with `extra(port)` settings besides the cluster's.
-    fn start_with(mut extra: impl FnMut(u16) -> Vec<String>) -> Self {
+    /// Starts the cluster, each node with `extra(port)` settings besides the cluster's; with
+    /// `tls`, on ports whose TLS port (`TLS_BELOW` lower) is free too.
+    fn start_with(tls: bool, mut extra: impl FnMut(u16) -> Vec<String>) -> Self {
         let settings = [
             "--cluster-enabled",
             "yes",
@@ -63,7 +81,7 @@ impl RedisCluster {
             "--cluster-replica-validity-factor",
             "0",
         ];
-        let nodes: Vec<RedisServer> = bus_ports(6)
+        let nodes: Vec<RedisServer> = bus_ports(6, tls)
             .into_iter()
             .map(|port| {
                 let own = extra(port);
@@ -228,14 +246,15 @@ fn parse_node(line: &str) -> Option<Node> {
 }
 
 /// `count` ports whose cluster bus ports (port + 10000) are free too.
-fn bus_ports(count: usize) -> Vec<u16> {
+fn bus_ports(count: usize, tls: bool) -> Vec<u16> {
+    let free =
+        |port: Option<u16>| port.is_some_and(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
     let mut ports = Vec::new();
     while ports.len() < count {
         let port = free_port();
-        let bus_free = port
-            .checked_add(10_000)
-            .is_some_and(|bus| TcpListener::bind(("127.0.0.1", bus)).is_ok());
-        if bus_free && !ports.contains(&port) {
+        let bus_free = free(port.checked_add(10_000));
+        let tls_free = !tls || free(port.checked_sub(TLS_BELOW));
+        if bus_free && tls_free && !ports.contains(&port) {
             ports.push(port);
         }
     }
