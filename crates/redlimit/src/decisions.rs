@@ -164,9 +164,10 @@ impl Decisions {
     /// The decisions as they stand once `cost` of what they took was refunded (see
     /// [`Limiter::refund`](crate::Limiter::refund)): each admitting decision's `remaining`
     /// raised by `cost`, for headers that tell what is left after the refund.
-    #[must_use]
+    ///
     /// Only the reservation's own policies count: a concurrency limit's decision joined with
     /// [`and`](Self::and) stays as it is.
+    #[must_use]
     pub fn after_refund(mut self, cost: u64) -> Self {
         let Some(reservation) = &self.reservation else {
             return self;

@@ -125,13 +125,7 @@ pub async fn run(args: &Args) -> Result<String, Failure> {
                 retry(decision.retry_after)
             ))
         }
-        Command::Top => {
-            let mut out = top(args, &policy, &limiter).await?;
-            if out.starts_with("0 keys") {
-                out += &hint(args, &limiter, &policy).await;
-            }
-            Ok(out)
-        }
+        Command::Top => top(args, &policy, &limiter).await,
         Command::Override => {
             let numbers = numbers(args)?;
             let ttl = duration(args, "--ttl")?.unwrap_or_default();
@@ -395,6 +389,9 @@ async fn top(args: &Args, policy: &Policy, limiter: &Limiter) -> Result<String, 
             if d.allowed { "allowed" } else { "denied" },
             key.ttl.map_or_else(String::new, seconds)
         );
+    }
+    if scan.keys.is_empty() {
+        out += &hint(args, limiter, policy).await;
     }
     Ok(out)
 }

@@ -6,8 +6,8 @@ use deadpool_redis::redis::{self, ClientTlsConfig, ConnectionInfo, TlsCertificat
 
 use crate::ConfigError;
 
-/// PEM-encoded certificates for `rediss://` servers (standalone or a Cluster's nodes). `Debug` shows which are set,
-/// never the private key.
+/// PEM-encoded certificates for `rediss://` servers (standalone or a Cluster's nodes). `Debug`
+/// shows which are set, never the private key.
 #[derive(Clone, Default)]
 pub(super) struct Tls {
     pub(super) root_ca: Option<Vec<u8>>,
