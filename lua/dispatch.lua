@@ -1,4 +1,4 @@
--- An algorithm's decide, take and refund by its name, made at the call's first policy of it:
+-- An algorithm's decide, take and settle by its name, made at the call's first policy of it:
 -- a call that checks one algorithm makes no other's functions (a check of two fixed windows
 -- through this script: 29.1 -> 27.0 us per call, median of 5 runs of `redis-benchmark -P 8
 -- EVALSHA`, against making every algorithm's at every call).
@@ -8,22 +8,25 @@ local function algorithm(name)
   if fns then
     return fns[1], fns[2], fns[3]
   end
-  local decide, take, refund
+  local decide, take, settle
   if name == 'fw' or name == 'fwa' then
-    local aligned, anchored
-    aligned, anchored, take, refund = fixed_window_functions()
-    decide = name == 'fw' and aligned or anchored
+    local aligned, anchored, settle_aligned, settle_anchored
+    aligned, anchored, take, settle_aligned, settle_anchored = fixed_window_functions()
+    decide, settle = aligned, settle_aligned
+    if name == 'fwa' then
+      decide, settle = anchored, settle_anchored
+    end
   elseif name == 'swl' then
-    decide, take, refund = sliding_window_log_functions()
+    decide, take, settle = sliding_window_log_functions()
   elseif name == 'swc' then
-    decide, take, refund = sliding_window_counter_functions()
+    decide, take, settle = sliding_window_counter_functions()
   elseif name == 'tb' then
-    decide, take, refund = token_bucket_functions()
+    decide, take, settle = token_bucket_functions()
   elseif name == 'gcra' then
-    decide, take, refund = gcra_functions()
+    decide, take, settle = gcra_functions()
   else
     error({ err = 'ERR redlimit: unknown algorithm ' .. tostring(name) })
   end
-  made[name] = { decide, take, refund }
-  return decide, take, refund
+  made[name] = { decide, take, settle }
+  return decide, take, settle
 end

@@ -2,7 +2,8 @@
 -- protocol.lua), whose cost is what to decide for; with an override in force (its key given,
 -- OVERRIDES), the key and numbers it names are inspected instead. Reply: allowed (1/0),
 -- remaining and reset (ms) now, retry (ms), the key's PTTL (ms; -2 when absent), its state as
--- field, value pairs (a string's as 'value'), the limit in force, and the key inspected.
+-- field, value pairs (a string's as 'value'), the limit in force, the key inspected, and 1 when
+-- an override's numbers were in force (else 0).
 local sets, a = read_sets(ARGV)
 local cost = read_request(ARGV, a)
 local p = sets[1][1]
@@ -18,4 +19,8 @@ elseif kind == 'string' then
 elseif kind == 'zset' then
   state = { 'entries', str(redis.call('ZCARD', key)) }
 end
-return { allowed, remaining, reset, retry, redis.call('PTTL', key), state, limit, key }
+local overridden = 0
+if key ~= KEYS[1] or limit ~= p.limit or window ~= p.window or burst ~= p.burst then
+  overridden = 1
+end
+return { allowed, remaining, reset, retry, redis.call('PTTL', key), state, limit, key, overridden }

@@ -1,6 +1,6 @@
 -- redlimit's scripts are this prelude, one or every algorithm's file, and an entry: one.lua
 -- checks one policy, check.lua any requests of any policies (protocol.lua reads their
--- arguments), refund.lua gives a reservation back, inspect.lua reads without writing. Only
+-- arguments), settle.lua gives a reservation back or charges more, inspect.lua reads without writing. Only
 -- entries read KEYS and ARGV; everything else takes them as parameters.
 --
 -- An algorithm is three functions over plain numbers, so a check builds no closures or plan
@@ -10,16 +10,21 @@
 --     that take needs. It writes nothing (the sliding log trims expired entries).
 --   take(key, limit, window_ms, burst, now_us, cost, a, b, c, d) -> remaining, reset (ms) after
 --     consuming cost, which decide admitted.
---   refund(key, limit, window_ms, burst, now_us, cost, at_us) -> 1 when it gave back (at most
---     cost, only to the state a reservation taken at at_us counted in, never below empty), else 0.
--- GCRA's decide takes a seventh parameter, the slack (us) of delay mode. refund is made only in
--- a script that gives back (REFUNDS, set by the line that starts it): every function defined
--- at the top is made again at every run, and the others never call it.
+--   settle(key, limit, window_ms, burst, now_us, cost, at_us) -> 1 when it gave back (at most
+--     cost, only to the state a reservation taken at at_us counted in, never below empty), else
+--     0; with at_us nil, takes cost now even past the limit (the client then waits for the debt
+--     to refill) and returns 1.
+-- Stored state means the same under any limit or burst (counts and times, not what is left), so
+-- a changed limit reads it as it stands.
+-- GCRA's decide takes a seventh parameter, the slack (us) of delay mode. settle is made only in
+-- a script that settles (SETTLES, set by the line that starts it): every function defined at
+-- the top is made again at every run, and the others never call it.
 --
 -- All arithmetic is on integers below 2^53, where Lua's doubles are exact. redis.call turns a
 -- number argument into its exact decimal (%.17g); Lua's own conversion, as in `..`, keeps only 14
--- significant digits, so a number joined into a string goes through str first. A key of the wrong type fails its redis.call with WRONGTYPE, which the client reports
--- as corrupt state: no pcall on the hot path.
+-- significant digits, so a number joined into a string goes through str first. A key of the
+-- wrong type fails its redis.call with WRONGTYPE, which the client reports as corrupt state
+-- (only a fixed window, whose form follows its count, reads the other form on WRONGTYPE).
 
 local NEVER = -2
 -- The protocol's flags (see protocol.lua): a request's, then a policy's. Flags holds flag when

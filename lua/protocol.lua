@@ -1,4 +1,4 @@
--- The wire protocol of check.lua, refund.lua and inspect.lua, written by the client in
+-- The wire protocol of check.lua, settle.lua and inspect.lua, written by the client in
 -- src/backend/redis/protocol.rs.
 --
 -- ARGV: the time (us, or '' for Redis TIME); the number of policy sets, then each set: its
@@ -19,9 +19,9 @@ local function read_sets(argv)
     local set = {}
     for i = 1, tonumber(argv[a]) do
       local name, flags = argv[a + 1], tonumber(argv[a + 5])
-      local decide, take, refund = algorithm(name)
+      local decide, take, settle = algorithm(name)
       local p = {
-        decide = decide, take = take, refund = refund, limit = tonumber(argv[a + 2]),
+        decide = decide, take = take, settle = settle, limit = tonumber(argv[a + 2]),
         window = tonumber(argv[a + 3]), burst = tonumber(argv[a + 4]),
         overrides = flags % (2 * OVERRIDES) >= OVERRIDES,
       }

@@ -44,8 +44,9 @@ local function sliding_window_counter_functions()
     return index, at - index * window, at - now
   end
 
-  local function sliding_window_counter(key, limit, window, burst, now_us, cost)
-    local now = div(now_us, 1000)
+  -- The counts a check at now weighs, whether the stored window is its own (1/0), the stored
+  -- window index, and where in its window the check is.
+  local function counter_now(key, window, now)
     local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
     local index, elapsed, shift = counter_position(now, window, stored)
     local prev, curr, same = 0, 0, 0
@@ -54,6 +55,11 @@ local function sliding_window_counter_functions()
     elseif stored ~= nil and stored + 1 == index then
       prev = c
     end
+    return prev, curr, same, stored, elapsed, shift
+  end
+
+  local function sliding_window_counter(key, limit, window, burst, now_us, cost)
+    local prev, curr, same, stored, elapsed, shift = counter_now(key, window, div(now_us, 1000))
     local remaining, reset = counter_quota(limit, window, elapsed, shift, prev, curr)
     if cost > limit then
       return 0, remaining, reset, NEVER
@@ -75,8 +81,16 @@ local function sliding_window_counter_functions()
     return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
   end
 
-  -- Counts in the window holding at_us, current or (since then) previous.
-  local sliding_window_counter_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
+  -- Gives back to the window holding at_us, current or (since then) previous; without at_us,
+  -- counts cost more in the current window, past the limit (capped so that every weighted
+  -- count stays exact in a double).
+  local sliding_window_counter_settle = SETTLES and function(key, limit, window, burst, now_us, cost, at_us)
+    if not at_us then
+      local prev, curr, same, stored = counter_now(key, window, div(now_us, 1000))
+      cost = max(min(cost, div(2 ^ 51, window) - curr), 0)
+      sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr, stored)
+      return 1
+    end
     local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
     local index = div(div(at_us, 1000), window)
     if stored == index and c > 0 then
@@ -88,5 +102,5 @@ local function sliding_window_counter_functions()
     end
     return 1
   end
-  return sliding_window_counter, sliding_window_counter_take, sliding_window_counter_refund
+  return sliding_window_counter, sliding_window_counter_take, sliding_window_counter_settle
 end

@@ -55,8 +55,20 @@ local function sliding_window_log_functions()
     return limit - count - cost, reset
   end
 
-  -- Removes up to cost entries stamped with the reservation's time.
-  local sliding_window_log_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
+  -- Removes up to cost entries stamped with the reservation's time; without at_us, adds cost
+  -- entries now, past the limit, keeping the newest limit entries: a decision needs the
+  -- (count + cost - limit)th oldest entry to leave, the same entry with or without the older
+  -- ones, so the log stays bounded by the limit.
+  local sliding_window_log_settle = SETTLES and function(key, limit, window, burst, now_us, cost, at_us)
+    if not at_us then
+      local now = div(now_us, 1000)
+      local expired = redis.call('ZCOUNT', key, '-inf', now - window)
+      local count = redis.call('ZCARD', key) - expired
+      local newest = count > 0 and log_score(key, redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')) or now
+      sliding_window_log_take(key, limit, window, burst, now_us, min(cost, limit), count, newest, expired)
+      redis.call('ZREMRANGEBYRANK', key, 0, -(limit + 1))
+      return 1
+    end
     local at = div(at_us, 1000)
     local entries = redis.call('ZRANGEBYSCORE', key, at, at, 'LIMIT', 0, cost)
     if #entries == 0 then
@@ -65,5 +77,5 @@ local function sliding_window_log_functions()
     redis.call('ZREM', key, unpack(entries))
     return 1
   end
-  return sliding_window_log, sliding_window_log_take, sliding_window_log_refund
+  return sliding_window_log, sliding_window_log_take, sliding_window_log_settle
 end

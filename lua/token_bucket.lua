@@ -1,51 +1,64 @@
--- Token bucket (tb): hash t = tokens multiplied by the window (ms), l = last refill (ms).
--- limit tokens per window refill it, burst tokens fill it.
+-- Token bucket (tb): hash u = the tokens taken, multiplied by the window (ms), l = last refill
+-- (ms). limit tokens per window refill it, burst tokens fill it. What was taken, not what is
+-- left, is kept, so the state means the same under any limit or burst: a raised burst has room
+-- for the difference at once, a lowered one waits for what was taken beyond it.
 -- Made by token_bucket_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's.
 local function token_bucket_functions()
+  -- The tokens taken (x window) at now, and the time refills count from.
+  local function bucket_now(key, rate, now)
+    local used, last = ints(key, redis.call('HMGET', key, 'u', 'l'))
+    if used == nil then
+      return 0, now
+    end
+    if max(now - last, 0) >= ceil_div(used, rate) then
+      used = 0
+    else
+      used = used - max(now - last, 0) * rate
+    end
+    return used, max(last, now)
+  end
+
   local function token_bucket(key, rate, window, burst, now_us, cost)
     local now = div(now_us, 1000)
     local full = burst * window
-    local stored, last = ints(key, redis.call('HMGET', key, 't', 'l'))
-    local tokens = full
-    if stored == nil then
-      last = now
-    else
-      stored = min(stored, full)
-      local elapsed = max(now - last, 0)
-      if elapsed < ceil_div(full - stored, rate) then
-        tokens = stored + elapsed * rate
-      end
-      last = max(last, now)
-    end
-    -- Refills count from last, which is later than now when time stepped back: every wait starts
-    -- there.
+    local used, last = bucket_now(key, rate, now)
+    -- Refills count from last, which is later than now when time stepped back: every wait
+    -- starts there.
     local lag = last - now
-    local remaining, reset = div(tokens, window), lag + ceil_div(full - tokens, rate)
+    local room = full - used
+    local remaining, reset = div(max(room, 0), window), lag + ceil_div(used, rate)
     local needed = cost * window
     if cost > burst then
       return 0, remaining, reset, NEVER
-    elseif needed > tokens then
-      return 0, remaining, reset, lag + ceil_div(needed - tokens, rate)
+    elseif needed > room then
+      return 0, remaining, reset, lag + ceil_div(needed - room, rate)
     end
-    return 1, remaining, reset, -1, tokens - needed, last, lag
+    return 1, remaining, reset, -1, used + needed, last, lag
   end
 
-  local function token_bucket_take(key, rate, window, burst, now_us, cost, left, last, lag)
-    local reset = lag + ceil_div(burst * window - left, rate)
-    redis.call('HSET', key, 't', left, 'l', last)
+  local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
+    local reset = lag + ceil_div(used, rate)
+    redis.call('HSET', key, 'u', used, 'l', last)
     redis.call('PEXPIRE', key, reset)
-    return div(left, window), reset
+    return div(max(burst * window - used, 0), window), reset
   end
 
-  -- Puts cost tokens back, never above the capacity.
-  local token_bucket_refund = REFUNDS and function(key, limit, window, burst, now_us, cost, at_us)
-    local tokens = ints(key, redis.call('HMGET', key, 't', 'l'))
-    if tokens == nil then
-      return 0
+  -- Puts cost tokens back, never above the capacity; without at_us, takes cost more, past it.
+  local token_bucket_settle = SETTLES and function(key, rate, window, burst, now_us, cost, at_us)
+    local now = div(now_us, 1000)
+    local used, last = bucket_now(key, rate, now)
+    if at_us then
+      if used == 0 then
+        return 0
+      end
+      used = max(used - cost * window, 0)
+    else
+      -- Capped so that every sum stays exact in a double.
+      used = min(used + cost * window, 2 ^ 53 - burst * window)
     end
-    redis.call('HSET', key, 't', min(tokens + cost * window, burst * window))
+    token_bucket_take(key, rate, window, burst, now_us, cost, used, last, last - now)
     return 1
   end
-  return token_bucket, token_bucket_take, token_bucket_refund
+  return token_bucket, token_bucket_take, token_bucket_settle
 end

@@ -7,7 +7,7 @@ use crate::{Decisions, PolicySet, Timestamp};
 /// Made by [`Limiter::check`](crate::Limiter::check) (awaited: `Result<Decisions, Error>`) or
 /// [`GuardedLimiter::check`](crate::GuardedLimiter::check) (awaited: [`Decisions`], whatever
 /// the backend does). Its options compose: a request of cost 3, counted once per request id,
-/// kept refundable, at an explicit time, is one check and, on Redis, one script call.
+/// reserved for a settle, at an explicit time, is one check and, on Redis, one script call.
 ///
 /// ```
 /// use std::time::Duration;
@@ -52,7 +52,7 @@ pub(crate) struct Options<'a> {
     pub(crate) at: Option<Timestamp>,
     /// A request id whose retries within the window (ms) are answered once.
     pub(crate) once: Option<(&'a str, u64)>,
-    /// Whether an admitted check stays refundable.
+    /// Whether an admitted check is reserved, for a settle.
     pub(crate) reserve: bool,
     /// The check's one time budget, from its guard; `None`: the backend's.
     pub(crate) budget: Option<Duration>,
@@ -100,8 +100,8 @@ impl<'a, On> CheckRequest<'a, On> {
     /// Counts the request once per request `id` (an `Idempotency-Key`): a retry within
     /// `window` (1 ms to 24 hours, clamped) gets the first check's decisions and consumes
     /// nothing more, decided in the same script call, so a retry whose first reply was lost is
-    /// not counted twice. A retry's decisions are never refundable: the first request's refund
-    /// gives back what was taken. Defaults to none.
+    /// not counted twice. A retry's decisions are never reserved: the first request's settle
+    /// settles what was taken. Defaults to none.
     pub fn once(mut self, id: &'a str, window: Duration) -> Self {
         let window = window.clamp(Duration::from_millis(1), MAX_ONCE_WINDOW);
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(1);
@@ -109,9 +109,10 @@ impl<'a, On> CheckRequest<'a, On> {
         self
     }
 
-    /// Keeps what an admitted check takes refundable: for a request that should count only if
-    /// its response says so (a failed login, say), give it back with `refund` once the
-    /// response does not. A policy in delay mode cannot be reserved (the check fails with
+    /// Keeps what an admitted check takes reserved, to be settled at the cost its response
+    /// says: a request that should count only if its response says so (a failed login, say)
+    /// is settled at 0 when it does not, a metered one at what it used (see
+    /// [`Limiter::settle`](crate::Limiter::settle)). A policy in delay mode cannot be reserved (the check fails with
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)). Defaults to a plain check.
     pub fn reserve(mut self) -> Self {
         self.options.reserve = true;
@@ -132,29 +133,29 @@ impl<On> fmt::Debug for CheckRequest<'_, On> {
     }
 }
 
-/// A refund of what an admitted reservation took, decided when awaited: made by
-/// [`Limiter::refund`](crate::Limiter::refund) (awaited: `Result<bool, Error>`) or
-/// [`GuardedLimiter::refund`](crate::GuardedLimiter::refund) (awaited: `bool`); the answer is
-/// whether anything was given back.
-#[must_use = "a refund does nothing unless awaited"]
-pub struct RefundRequest<'a, On> {
+/// The settling of an admitted reservation at its actual cost, decided when awaited: made by
+/// [`Limiter::settle`](crate::Limiter::settle) (awaited: `Result<bool, Error>`) or
+/// [`GuardedLimiter::settle`](crate::GuardedLimiter::settle) (awaited: `bool`); the answer is
+/// whether anything was given back or charged.
+#[must_use = "a settle does nothing unless awaited"]
+pub struct SettleRequest<'a, On> {
     pub(crate) on: &'a On,
     pub(crate) reserved: &'a Decisions,
-    pub(crate) cost: u64,
+    pub(crate) actual: u64,
     pub(crate) at: Option<Timestamp>,
 }
 
-impl<'a, On> RefundRequest<'a, On> {
-    pub(crate) fn new(on: &'a On, reserved: &'a Decisions, cost: u64) -> Self {
+impl<'a, On> SettleRequest<'a, On> {
+    pub(crate) fn new(on: &'a On, reserved: &'a Decisions, actual: u64) -> Self {
         Self {
             on,
             reserved,
-            cost,
+            actual,
             at: None,
         }
     }
 
-    /// Gives back as of `time` instead of the backend's clock: for tests and replays (a window
+    /// Settles as of `time` instead of the backend's clock: for tests and replays (a window
     /// that ended before `time` is not credited). Defaults to the backend's clock.
     pub fn at(mut self, time: Timestamp) -> Self {
         self.at = Some(time);
@@ -162,15 +163,15 @@ impl<'a, On> RefundRequest<'a, On> {
     }
 }
 
-impl<On> fmt::Debug for RefundRequest<'_, On> {
+impl<On> fmt::Debug for SettleRequest<'_, On> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RefundRequest")
-            .field("cost", &self.cost)
+        f.debug_struct("SettleRequest")
+            .field("actual", &self.actual)
             .field("at", &self.at)
             .finish_non_exhaustive()
     }
 }
 
-/// A boxed future of a refund: refunds are rare (only responses that do not count), so one
-/// allocation each costs nothing that matters.
-pub type RefundFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed future of a settle: settles are rare (only responses whose cost differs from the
+/// reservation), so one allocation each costs nothing that matters.
+pub type SettleFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -137,7 +137,7 @@ impl ConcurrencyPolicyBuilder {
         }
         Ok(ConcurrencyPolicy {
             inner: Arc::new(Inner {
-                key_suffix: format!("cc:{limit}"),
+                key_suffix: "cc".to_owned(),
                 name: self.name.into(),
                 limit,
                 lease_ttl_ms,

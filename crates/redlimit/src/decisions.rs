@@ -36,15 +36,15 @@ pub struct Decisions {
     items: Vec<Decision>,
     /// Shared, so the decisions can be cloned (into a handler's extensions, say).
     error: Option<Arc<Error>>,
-    /// An admitted reservation: what a refund gives back.
+    /// An admitted reservation: what a settle changes.
     reservation: Option<Arc<Reservation>>,
 }
 
 /// What an admitted reservation took: from whom, how much, and the backend's time it took it
-/// at, which names the window a refund is owed by.
+/// at, which names the window a give-back is owed by.
 #[derive(Debug)]
 pub(crate) struct Reservation {
-    /// The policies it was checked by, which the refund gives back to.
+    /// The policies it was checked by, which the settle changes.
     pub(crate) set: PolicySet,
     pub(crate) client: Box<str>,
     pub(crate) cost: u64,
@@ -73,10 +73,10 @@ impl Decisions {
         self.reservation.as_deref()
     }
 
-    /// The cost an admitted reservation took, which a refund may give back (see
+    /// The cost an admitted reservation took, which a settle may change (see
     /// [`CheckRequest::reserve`](crate::CheckRequest::reserve)); `None` for a plain check, a denial,
     /// or decisions of the failure policy.
-    pub fn refundable(&self) -> Option<u64> {
+    pub fn reserved_cost(&self) -> Option<u64> {
         self.reservation.as_ref().map(|r| r.cost)
     }
 
@@ -161,20 +161,21 @@ impl Decisions {
         self.error.as_deref()
     }
 
-    /// The decisions as they stand once `cost` of what they took was refunded (see
-    /// [`Limiter::refund`](crate::Limiter::refund)): each admitting decision's `remaining`
-    /// raised by `cost`, for headers that tell what is left after the refund.
+    /// The decisions as they stand once their reservation was settled at `actual` (see
+    /// [`Limiter::settle`](crate::Limiter::settle)): each admitting decision's `remaining`
+    /// raised by what was given back, or lowered (never below 0) by what was charged, for
+    /// headers that tell what is left after the settle.
     ///
     /// Only the reservation's own policies count: a concurrency limit's decision joined with
     /// [`and`](Self::and) stays as it is.
     #[must_use]
-    pub fn after_refund(mut self, cost: u64) -> Self {
+    pub fn settled(mut self, actual: u64) -> Self {
         let Some(reservation) = &self.reservation else {
             return self;
         };
-        let reserved = reservation.set.len();
+        let (reserved, cost) = (reservation.set.len(), reservation.cost);
         for d in self.items.iter_mut().take(reserved).filter(|d| d.allowed) {
-            d.remaining = d.remaining.saturating_add(cost);
+            d.remaining = (d.remaining.saturating_add(cost)).saturating_sub(actual);
         }
         self
     }

@@ -6,14 +6,16 @@ use crate::{ConfigError, Policy, config_error::validate_name, policy::fingerprin
 const MAX_KEY_LEN: usize = 128;
 
 /// Turns (prefix, policy, client key) into Redis key names:
-/// `prefix:policy:{client}:algorithm:numbers`.
+/// `prefix:policy:{client}:algorithm:window_ms`.
 ///
 /// The client key sits alone inside the hash tag, so every key of one client (and every policy
 /// checked together for it) lands in one Redis Cluster slot. Client text never reaches Redis raw:
 /// bytes outside `A-Z a-z 0-9 . _ - : @ / + =` are percent-escaped (so `{`, `}`, spaces and
 /// control bytes cannot steer the hash tag or another client's counter), and an escaped key longer
-/// than 128 bytes becomes `#` and its SHA-1. The policy's numbers are part of the name, so
-/// changing them never misreads old state.
+/// than 128 bytes becomes `#` and its SHA-1. The name holds what gives the state its meaning
+/// (policy, algorithm, window), not the limit or burst: the state is counts and times, read
+/// under the numbers in force, so a changed limit (a reload, an override) keeps every client's
+/// count. A changed algorithm or window starts afresh under another name.
 ///
 /// ```
 /// use std::time::Duration;
@@ -24,8 +26,8 @@ const MAX_KEY_LEN: usize = 128;
 ///     .limit(100)
 ///     .window(Duration::from_secs(60))
 ///     .build()?;
-/// assert_eq!(scheme.key(&policy, "10.0.0.1"), "myapp:api:{10.0.0.1}:fw:60000:100");
-/// assert_eq!(scheme.key(&policy, "a}b c"), "myapp:api:{a%7Db%20c}:fw:60000:100");
+/// assert_eq!(scheme.key(&policy, "10.0.0.1"), "myapp:api:{10.0.0.1}:fw:60000");
+/// assert_eq!(scheme.key(&policy, "a}b c"), "myapp:api:{a%7Db%20c}:fw:60000");
 ///
 /// // API keys are secrets: keep only a keyed hash of them in Redis.
 /// let hashed = KeyScheme::new("myapp")?.hash_clients(b"a secret every instance shares");
@@ -302,11 +304,11 @@ mod tests {
     fn client_text_cannot_leave_the_hash_tag() {
         let scheme = KeyScheme::default();
         let p = policy(Algorithm::Gcra);
-        assert_eq!(scheme.key(&p, "u1"), "redlimit:p:{u1}:gcra:1000:10:10");
-        assert_eq!(scheme.key(&p, ""), "redlimit:p:{%}:gcra:1000:10:10");
+        assert_eq!(scheme.key(&p, "u1"), "redlimit:p:{u1}:gcra:1000");
+        assert_eq!(scheme.key(&p, ""), "redlimit:p:{%}:gcra:1000");
         assert_eq!(
             scheme.key(&p, "{x}\r\n%"),
-            "redlimit:p:{%7Bx%7D%0D%0A%25}:gcra:1000:10:10"
+            "redlimit:p:{%7Bx%7D%0D%0A%25}:gcra:1000"
         );
         // Escaping is injective: `%` itself is escaped.
         assert_ne!(scheme.key(&p, "%7B"), scheme.key(&p, "{"));

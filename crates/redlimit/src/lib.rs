@@ -19,7 +19,7 @@
 //! Policies that fit real APIs: a client can be given other numbers at run time by every
 //! instance at once ([`Limiter::set_override`], for policies built with
 //! [`overrides`](PolicyBuilder::overrides)), banned after repeated denials ([`Ban`]), counted
-//! only when its response says so ([`CheckRequest::reserve`] and [`Limiter::refund`]), and counted
+//! only when its response says so ([`CheckRequest::reserve`] and [`Limiter::settle`]), and counted
 //! once per request id when it retries ([`CheckRequest::once`]); each is decided in the check's
 //! own script call, and a policy without them pays nothing for them.
 //!
@@ -175,7 +175,7 @@ mod timestamp;
 pub use self::{
     backend::{Backend, MemoryBackend, MemoryBackendBuilder, RedisBackend, RedisBackendBuilder},
     ban::Ban,
-    check_request::{CheckRequest, RefundFuture, RefundRequest},
+    check_request::{CheckRequest, SettleFuture, SettleRequest},
     concurrency::{ConcurrencyPolicy, ConcurrencyPolicyBuilder, Lease},
     config_error::ConfigError,
     decision::{Decision, Reason, RetryAfter},

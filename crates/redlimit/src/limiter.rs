@@ -1,4 +1,5 @@
 use std::{
+    cmp::Ordering,
     fmt,
     future::{Future, IntoFuture},
     pin::Pin,
@@ -8,7 +9,9 @@ use std::{
 
 use crate::{
     Backend, CheckRequest, ConfigError, Decisions, Error, ErrorKind, KeyScheme, Override, Policy,
-    PolicySet, RefundFuture, RefundRequest, Timestamp, backend::Started, check_request::Options,
+    PolicySet, SettleFuture, SettleRequest, Timestamp,
+    backend::{Change, Started},
+    check_request::Options,
 };
 
 /// Checks requests against policies, on a [`Backend`].
@@ -101,7 +104,7 @@ impl Limiter {
     /// let reserved = limiter.check(&logins, "alice").reserve().await?;
     /// assert_eq!(reserved[0].remaining, 2);
     /// // The password was right: this attempt does not count.
-    /// assert!(limiter.refund(&reserved, 1).await?);
+    /// assert!(limiter.settle(&reserved, 0).await?);
     /// assert_eq!(limiter.check(&logins, "alice").cost(0).await?[0].remaining, 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # }).unwrap();
@@ -114,16 +117,38 @@ impl Limiter {
         CheckRequest::new(self, set, client)
     }
 
-    /// A refund of `cost` (at most what it took) of what the reservation `reserved` took: each
-    /// policy only to the state it counted in (a window that has since ended is not credited
-    /// to the next one), never below empty. Awaited, whether anything was given back; a
-    /// denied, failed-open or retried reservation took nothing and gives nothing. Refund a
-    /// reservation once: a second refund would give back what other requests took.
+    /// Settles the reservation `reserved` at its `actual` cost. Below what it took, the
+    /// difference is given back: each policy only to the state it counted in (a window that
+    /// has since ended is not credited to the next one), never below empty. Above it, the
+    /// difference is taken now, atomically, even past the limit: the client's next checks wait
+    /// until the quota has refilled (a fixed window: until it ends; a token bucket or GCRA:
+    /// while the debt refills at the rate). Awaited, whether anything changed; a denied,
+    /// failed-open or retried reservation took nothing and settles nothing. Settle a
+    /// reservation once: a second settle would count it again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let limiter = Limiter::new(MemoryBackend::default());
+    /// let tokens = PolicySet::from(Policy::builder("tokens", Algorithm::FixedWindow)
+    ///     .limit(1_000)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?);
+    ///
+    /// // An estimate of 100 tokens; the model's answer used 250.
+    /// let reserved = limiter.check(&tokens, "key-1").cost(100).reserve().await?;
+    /// assert!(limiter.settle(&reserved, 250).await?);
+    /// assert_eq!(limiter.check(&tokens, "key-1").cost(0).await?[0].remaining, 750);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     ///
     /// # Errors
     /// When awaited, as [`check`](Self::check).
-    pub fn refund<'a>(&'a self, reserved: &'a Decisions, cost: u64) -> RefundRequest<'a, Self> {
-        RefundRequest::new(self, reserved, cost)
+    pub fn settle<'a>(&'a self, reserved: &'a Decisions, actual: u64) -> SettleRequest<'a, Self> {
+        SettleRequest::new(self, reserved, actual)
     }
 
     /// Begins the check `set` of `client` with `options`.
@@ -140,31 +165,32 @@ impl Limiter {
         self.backend.start(&self.keys, set, client, options)
     }
 
-    pub(crate) async fn refunded(
+    pub(crate) async fn settled(
         &self,
         reserved: &Decisions,
-        cost: u64,
+        actual: u64,
         at: Option<Timestamp>,
     ) -> Result<bool, Error> {
         let Some(reservation) = reserved.reservation() else {
             return Ok(false);
         };
-        let cost = cost.min(reservation.cost);
-        if cost == 0 {
-            return Ok(false);
-        }
-        let refunded = self
+        let change = match actual.cmp(&reservation.cost) {
+            Ordering::Less => Change::GiveBack(reservation.cost - actual),
+            Ordering::Greater => Change::Charge(actual - reservation.cost),
+            Ordering::Equal => return Ok(false),
+        };
+        let changed = self
             .backend
-            .refund(&self.keys, reservation, cost, at)
+            .settle(&self.keys, reservation, change, at)
             .await?;
-        Ok(refunded > 0)
+        Ok(changed > 0)
     }
 
     /// Checks `client` of `policy` by other numbers until `ttl` from now, for every instance
     /// on this backend at once: stored in Redis (in the client's slot) and read by each check
-    /// in the same script call, or in this process for the memory backend. The client is then
-    /// counted under keys of its own (see [`Override`]); its state under the policy's numbers is
-    /// there again when the override ends or is [cleared](Self::clear_override).
+    /// in the same script call, or in this process for the memory backend. What the client used
+    /// counts under the override's numbers, and under the policy's again when the override ends
+    /// or is [cleared](Self::clear_override) (see [`Override`]).
     ///
     /// ```
     /// use std::time::Duration;
@@ -284,11 +310,11 @@ impl<'a> IntoFuture for CheckRequest<'a, Limiter> {
     }
 }
 
-impl<'a> IntoFuture for RefundRequest<'a, Limiter> {
+impl<'a> IntoFuture for SettleRequest<'a, Limiter> {
     type Output = Result<bool, Error>;
-    type IntoFuture = RefundFuture<'a, Result<bool, Error>>;
+    type IntoFuture = SettleFuture<'a, Result<bool, Error>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.on.refunded(self.reserved, self.cost, self.at))
+        Box::pin(self.on.settled(self.reserved, self.actual, self.at))
     }
 }

@@ -5,9 +5,9 @@ use std::time::Duration;
 /// Other numbers for one client of a policy that [takes overrides](crate::PolicyBuilder::overrides),
 /// set by [`Limiter::set_override`](crate::Limiter::set_override): a partner's higher quota, a
 /// noisy client's lower one. What it leaves out is the policy's; a burst it leaves out follows
-/// its limit. The client is then counted under keys of its own, named by these numbers, so its
-/// state under the policy's numbers is never read with another meaning (and is there again when
-/// the override ends).
+/// its limit. The client's state is read under these numbers while the override is in force,
+/// and under the policy's again when it ends: what it used counts under both (an override with
+/// another window counts under a key of that window).
 ///
 /// ```
 /// use std::time::Duration;

@@ -397,10 +397,7 @@ impl PolicyBuilder {
                 max: max_burst,
             });
         }
-        let mut key_suffix = format!("{}:{window_ms}:{limit}", algorithm.tag());
-        if algorithm.has_burst() {
-            key_suffix.push_str(&format!(":{burst}"));
-        }
+        let key_suffix = format!("{}:{window_ms}", algorithm.tag());
         let fingerprint = fingerprint(&[&self.name, &key_suffix]);
         let max_delay_ms = match self.max_delay {
             None => 0,

@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use crate::{
     rejection_body::rejection_body,
-    runtime::{Admission, HeldLease, Refund, Tier},
+    runtime::{Admission, HeldLease, Settle, Tier},
     waiting_room::Waiting,
 };
 
@@ -78,11 +78,11 @@ pin_project! {
             // Given back when the response is ready, or when the request is dropped.
             lease: HeldLease,
         },
-        // Counting by response: what the response said not to count is given back before it
-        // is sent, so the client's next request finds the quota refunded; the response's
-        // headers then say what remains after the refund.
+        // Counting by response: the reservation is settled at the cost the response says
+        // before it is sent, so the client's next request finds the quota as settled; the
+        // response's headers then say what remains after the settle.
         Settling {
-            refund: Refund,
+            settle: Settle,
             response: Option<S::Response>,
             headers: Option<(Arc<Tier>, Decisions)>,
         },
@@ -271,9 +271,9 @@ where
                         if response.status().is_server_error() {
                             tier.series.service_failed();
                         }
-                        if let Some(refund) = tier.settle(&response, &decisions) {
+                        if let Some(settle) = tier.settle(&response, &decisions) {
                             state.set(State::Settling {
-                                refund,
+                                settle,
                                 response: Some(response),
                                 headers: Some((tier, decisions)),
                             });
@@ -284,14 +284,14 @@ where
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Settling {
-                    refund,
+                    settle,
                     response,
                     headers,
                 } => {
-                    let refunded = ready!(refund.as_mut().poll(cx));
+                    let settled = ready!(settle.as_mut().poll(cx));
                     let mut response = response.take().expect("polled after completion");
                     if let Some((tier, decisions)) = headers.take() {
-                        let decisions = refunded.unwrap_or(decisions);
+                        let decisions = settled.unwrap_or(decisions);
                         tier.add_headers(response.headers_mut(), &decisions);
                     }
                     return Poll::Ready(Ok(response));

@@ -211,7 +211,7 @@ impl RateLimitLayer {
     /// [`idempotency_window`](Self::idempotency_window) gets the first decision and consumes
     /// nothing more. Requests without it are checked as usual. Works with
     /// [`count_when`](Self::count_when) and [`settle`](Self::settle): a retry is decided once
-    /// and its first request refunded once. Defaults to none.
+    /// and its first request settled once. Defaults to none.
     pub fn idempotency_key(mut self, name: HeaderName) -> Self {
         self.settings().idempotency = Some(name);
         self
@@ -228,7 +228,7 @@ impl RateLimitLayer {
     /// check [reserves](redlimit::CheckRequest::reserve) its cost, and a response that does
     /// not count gives it back before it is sent (one more backend command, only for those
     /// responses). Concurrent requests cannot overrun the limit while their responses are
-    /// pending, a refund never gives back more than its request took, and during a backend
+    /// pending, a settle never gives back more than its request took, and during a backend
     /// outage the failure policy answers and every request counts. Defaults to counting every
     /// request.
     ///
@@ -249,21 +249,39 @@ impl RateLimitLayer {
         self,
         counts: impl Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
     ) -> Self {
-        // Counted: all of the reservation stays; not counted: none of it does.
-        self.settle(move |status, headers| Some(if counts(status, headers) { u64::MAX } else { 0 }))
+        // Counted: the reservation stays as taken; not counted: none of it does.
+        self.settle(move |status, headers| (!counts(status, headers)).then_some(0))
     }
 
     /// Counts a cost known only from the response, such as tokens a model reports in a
     /// header: each check reserves its request's [`cost`](Self::cost), and `actual` (from the
-    /// response's status and headers) settles it; whatever the reservation took beyond the
-    /// actual cost is given back before the response is sent. `None` keeps the reservation
-    /// whole; a cost above the reservation is not charged further. Defaults to none.
+    /// response's status and headers) settles it before the response is sent: whatever the
+    /// reservation took beyond the actual cost is given back, and an actual cost above the
+    /// reservation is charged, even past the limit, so the client's next requests wait until
+    /// the debt has refilled (see [`Limiter::settle`](redlimit::Limiter::settle)). `None`
+    /// keeps the reservation as taken. Defaults to none.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy};
+    /// use tower_redlimit::RateLimitLayer;
+    ///
+    /// let tokens = Policy::builder("tokens", Algorithm::TokenBucket)
+    ///     .limit(10_000)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), tokens).build())
+    ///     // An estimate of 500 tokens per request, settled by what the model reports.
+    ///     .cost(|_| 500)
+    ///     .settle(|_, headers| headers.get("x-tokens-used")?.to_str().ok()?.parse().ok());
+    /// # Ok::<(), redlimit::ConfigError>(())
+    /// ```
     pub fn settle(
         mut self,
         actual: impl Fn(StatusCode, &HeaderMap) -> Option<u64> + Send + Sync + 'static,
     ) -> Self {
         self.settings().settle = Some(Arc::new(move |status, headers, reserved| {
-            actual(status, headers).map_or(reserved, |cost| cost.min(reserved))
+            actual(status, headers).unwrap_or(reserved)
         }));
         self
     }

@@ -55,8 +55,8 @@ pub(crate) struct Settings {
     /// How long a request id's first decision is remembered; `None`: the shortest window of
     /// the guard's policies.
     pub(crate) once_window: Option<Duration>,
-    /// Counting by response: checks reserve, and what the response says not to count is
-    /// refunded.
+    /// Counting by response: checks reserve, and each is settled at the cost its response
+    /// says.
     pub(crate) settle: Option<Arc<SettleFn>>,
     /// Delay mode: the requests waiting for their slot, bounded; one room for the whole layer.
     pub(crate) waiters: Arc<Waiters>,
@@ -101,8 +101,8 @@ pub(crate) enum Admit<'a> {
 /// limit, and every request's future would otherwise carry (and move) a lease's room.
 pub(crate) type HeldLease = Option<Box<Lease>>;
 
-/// A refund a response owes its reservation.
-pub(crate) type Refund = Pin<Box<dyn Future<Output = Option<Decisions>> + Send>>;
+/// A settle a response owes its reservation: the decisions after it, when it changed them.
+pub(crate) type Settle = Pin<Box<dyn Future<Output = Option<Decisions>> + Send>>;
 
 /// The rate check of a request and, when it has a concurrency limit, then its lease: their
 /// decisions together, decided already (see [`into_ready`](Self::into_ready)) or to await.
@@ -323,21 +323,23 @@ impl Tier {
         }))
     }
 
-    /// The refund a response owes its admitted reservation `decisions`: the part of the cost
-    /// it says not to count, given back within the guard's budget. `None` when everything
-    /// stays counted.
+    /// The settle a response owes its admitted reservation `decisions`: the part of the cost
+    /// it says not to count given back, or the cost beyond the reservation it says to count
+    /// charged, within the guard's budget. `None` when the reservation stands as taken.
     pub(crate) fn settle<B>(
         &self,
         response: &Response<B>,
         decisions: &Decisions,
-    ) -> Option<Refund> {
-        let (settle, reserved) = (self.settings.settle.as_ref()?, decisions.refundable()?);
-        let keep = settle(response.status(), response.headers(), reserved);
-        let give_back = reserved.checked_sub(keep).filter(|&n| n > 0)?;
+    ) -> Option<Settle> {
+        let (settle, reserved) = (self.settings.settle.as_ref()?, decisions.reserved_cost()?);
+        let actual = settle(response.status(), response.headers(), reserved);
+        if actual == reserved {
+            return None;
+        }
         let (guard, decisions) = (self.guard.clone(), decisions.clone());
         Some(Box::pin(async move {
-            let refunded = guard.refund(&decisions, give_back).await;
-            refunded.then(|| decisions.after_refund(give_back))
+            let settled = guard.settle(&decisions, actual).await;
+            settled.then(|| decisions.settled(actual))
         }))
     }
 

@@ -303,14 +303,22 @@ pub struct Route {
     #[serde(default)]
     pub deny: Vec<String>,
     /// What the route answers: `hello` (the default), `sleep:200ms` (hello after a pause, for
-    /// trying concurrency limits), `status:401` (that status), or `login` (200 when the
-    /// `x-password` header is `demo`, else 401: for trying `count = "failures"`).
+    /// trying concurrency limits), `status:401` (that status), `login` (200 when the
+    /// `x-password` header is `demo`, else 401: for trying `count = "failures"`), or `metered`
+    /// (200 stating in `x-cost` the cost its query's `cost` asks for, 1 without: for trying
+    /// `settle_header`).
     #[serde(default, deserialize_with = "parsed")]
     pub handler: Handler,
     /// Which requests count: `all` (the default), or `failures` (responses of status 400 and
     /// above; each request reserves its slot, and a success gives it back).
     #[serde(default)]
     pub count: Count,
+    /// A response header stating what the request actually cost, such as `x-cost` (tokens a
+    /// model used, say): each request reserves 1, and is settled at the stated cost before
+    /// the response is sent: the rest given back, or the excess charged even past the limit,
+    /// so the client's next requests wait for the debt. A response without it counts 1.
+    /// Defaults to none.
+    pub settle_header: Option<String>,
     /// Whether clients of this route can be given other numbers at run time (`redlimit
     /// override`), read by each check in its own script call. Defaults to `false`.
     #[serde(default)]
@@ -343,6 +351,8 @@ pub enum Handler {
     Status(u16),
     /// 200 when the `x-password` header is `demo`, else 401.
     Login,
+    /// 200 with `x-cost` set to the query's `cost` (1 without).
+    Metered,
 }
 
 /// The methods a route serves when it names the ones it limits.
@@ -355,6 +365,7 @@ impl FromStr for Handler {
         match s.split_once(':') {
             None if s == "hello" => Ok(Self::Hello),
             None if s == "login" => Ok(Self::Login),
+            None if s == "metered" => Ok(Self::Metered),
             Some(("sleep", pause)) => humantime::parse_duration(pause)
                 .map(Self::Sleep)
                 .map_err(|e| format!("handler {s:?}: {e}")),
@@ -365,7 +376,7 @@ impl FromStr for Handler {
                 .map(Self::Status)
                 .ok_or_else(|| format!("handler {s:?}: a status from 200 to 599")),
             _ => Err(format!(
-                "handler {s:?} is not hello, login, sleep:DURATION or status:CODE"
+                "handler {s:?} is not hello, login, metered, sleep:DURATION or status:CODE"
             )),
         }
     }
@@ -628,6 +639,18 @@ impl Config {
             if route.budget.is_some_and(|b| b.is_zero()) {
                 return err(format!(
                     "route {}: budget: must be more than zero",
+                    route.path
+                ));
+            }
+            if route.settle_header.is_some() && route.count == Count::Failures {
+                return err(format!(
+                    "route {}: settle_header: cannot be used with count = \"failures\" (both settle the reservation)",
+                    route.path
+                ));
+            }
+            if route.settle_header.is_some() && route.mode == Mode::Delay {
+                return err(format!(
+                    "route {}: settle_header: needs mode = \"reject\" (a delayed slot cannot be settled)",
                     route.path
                 ));
             }

@@ -126,6 +126,11 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
         if route.count == Count::Failures {
             layer = layer.count_when(|status, _| status.as_u16() >= 400);
         }
+        if let Some(name) = &route.settle_header {
+            let name = axum::http::HeaderName::try_from(name.as_str())
+                .map_err(|e| at(&format!("settle_header: {e}")))?;
+            layer = layer.settle(move |_, headers| headers.get(&name)?.to_str().ok()?.parse().ok());
+        }
         if let Some(name) = &route.idempotency_header {
             let name = axum::http::HeaderName::try_from(name.as_str())
                 .map_err(|e| at(&format!("idempotency_header: {e}")))?;
@@ -231,6 +236,14 @@ fn handler(handler: Handler, filter: MethodFilter) -> MethodRouter {
         ),
         Handler::Status(code) => on(filter, move || async move {
             StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        }),
+        Handler::Metered => on(filter, |uri: Uri| async move {
+            let cost = uri
+                .query()
+                .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("cost=")))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(1);
+            ([("x-cost", cost.to_string())], "metered\n")
         }),
         Handler::Login => on(filter, |headers: HeaderMap| async move {
             if headers.get("x-password").is_some_and(|p| p == "demo") {

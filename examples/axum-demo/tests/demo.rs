@@ -463,7 +463,7 @@ async fn killing_a_process_that_holds_leases_frees_them_within_their_ttl() {
     let started = Instant::now();
     let mut redis = server.connection();
     while redlimit::deadpool_redis::redis::cmd("ZCARD")
-        .arg("redlimit:busy.in-flight:{global}:cc:2")
+        .arg("redlimit:busy.in-flight:{global}:cc")
         .query::<u64>(&mut redis)
         .expect("ZCARD")
         < 2
@@ -520,28 +520,39 @@ async fn a_changed_file_takes_effect_without_a_restart_and_a_broken_one_is_refus
     let quota = |response: &redlimit_tests::HttpResponse| {
         response.header("ratelimit-policy").map(str::to_owned)
     };
-    let first = http_get(demo.address, "/limited", &[]).await;
+    let address = demo.address;
+    let statuses = |n: usize| async move {
+        let mut statuses = Vec::new();
+        for _ in 0..n {
+            statuses.push(http_get(address, "/limited", &[]).await.status);
+        }
+        statuses
+    };
+    let first = http_get(address, "/limited", &[]).await;
     assert_eq!(first.status, 200);
     assert!(
         quota(&first).is_some_and(|q| q.contains("q=5;")),
         "{first:?}"
     );
+    assert_eq!(statuses(5).await, [200, 200, 200, 200, 429], "5 of 5 used");
     // A request in flight while the file changes.
-    let address = demo.address;
     let in_flight = tokio::spawn(async move { http_get(address, "/slow", &[]).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
 
+    // The limit raised to 10 keeps the count: 5 more in this window, not 10.
     let written = Instant::now();
     std::fs::write(
         demo.config_path(),
-        format!("listen = \"{}\"\n{}", demo.address, routes(7)),
+        format!("listen = \"{}\"\n{}", demo.address, routes(10)),
     )
     .expect("rewriting the file");
     loop {
-        let response = http_get(demo.address, "/limited", &[]).await;
-        if quota(&response).is_some_and(|q| q.contains("q=7;")) {
+        let response = http_get(address, "/limited", &[]).await;
+        if quota(&response).is_some_and(|q| q.contains("q=10;")) {
+            assert_eq!(response.status, 200, "the 6th of 10: {response:?}");
             break;
         }
+        assert_eq!(response.status, 429, "still 5 of 5: {response:?}");
         assert!(
             written.elapsed() < Duration::from_secs(10),
             "never reloaded: {response:?}"
@@ -553,36 +564,31 @@ async fn a_changed_file_takes_effect_without_a_restart_and_a_broken_one_is_refus
         written.elapsed()
     );
     assert_eq!(
+        statuses(5).await,
+        [200, 200, 200, 200, 429],
+        "raised from 5 to 10 after 5: 5 more, then 429"
+    );
+    assert_eq!(
         in_flight.await.expect("the request").status,
         200,
         "not dropped by the reload"
     );
 
-    // A reload that keeps the policy's numbers keeps its counters (the same in-memory limiter).
-    let remaining = |response: &redlimit_tests::HttpResponse| {
-        let state = response.header("ratelimit").unwrap_or_default().to_owned();
-        let at = state.find(";r=").expect("r=") + 3;
-        state[at..]
-            .split(';')
-            .next()
-            .expect("a number")
-            .parse::<u64>()
-            .expect("r")
-    };
-    let before = remaining(&http_get(demo.address, "/limited", &[]).await);
+    // A reload that changes only the headers keeps the count too.
+    let written = Instant::now();
     std::fs::write(
         demo.config_path(),
         format!(
             "listen = \"{}\"\nheaders = \"both\"\n{}",
             demo.address,
-            routes(7)
+            routes(10)
         ),
     )
     .expect("rewriting the file");
     let after = loop {
-        let response = http_get(demo.address, "/limited", &[]).await;
+        let response = http_get(address, "/limited", &[]).await;
         if response.header("x-ratelimit-limit").is_some() {
-            break remaining(&response);
+            break response;
         }
         assert!(
             written.elapsed() < Duration::from_secs(20),
@@ -590,7 +596,7 @@ async fn a_changed_file_takes_effect_without_a_restart_and_a_broken_one_is_refus
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(after < before, "the count went on: {before} then {after}");
+    assert_eq!(after.status, 429, "the count went on: {after:?}");
 
     std::fs::write(demo.config_path(), "[[route]]\npath = 3\n").expect("breaking the file");
     let broken = Instant::now();
@@ -604,7 +610,7 @@ async fn a_changed_file_takes_effect_without_a_restart_and_a_broken_one_is_refus
     }
     let still = http_get(demo.address, "/limited", &[]).await;
     assert!(
-        quota(&still).is_some_and(|q| q.contains("q=7;")),
+        quota(&still).is_some_and(|q| q.contains("q=10;")),
         "{still:?}"
     );
 }
@@ -681,7 +687,11 @@ async fn an_override_changes_one_clients_limit_in_both_processes_at_once() {
         .await
         .expect("set");
     let before = redlimit_tests::command_calls(&mut server.connection());
-    assert_eq!(statuses("k1", 6).await, [200, 200, 200, 200, 200, 429]);
+    assert_eq!(
+        statuses("k1", 6).await,
+        [200, 200, 200, 429, 429, 429],
+        "raised to 5 after 2 of 2: 3 more"
+    );
     let sent = redlimit_tests::commands_sent(
         &before,
         &redlimit_tests::command_calls(&mut server.connection()),
@@ -874,4 +884,48 @@ async fn a_tls_cluster_with_a_private_ca_from_the_file() {
         "{response:?}: {}",
         demo.output()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metered_route_settles_each_request_at_the_cost_its_response_states() {
+    let server = RedisServer::start();
+    let config = format!(
+        "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/generate\"\nalgorithm = \"token_bucket\"\nlimit = 1000\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nhandler = \"metered\"\nsettle_header = \"x-cost\"\n",
+        server.url()
+    );
+    let demo = Demo::start(&config).await;
+    let generate = |cost: u64| {
+        let path = format!("/generate?cost={cost}");
+        async move { http_get(demo.address, &path, &[("x-api-key", "k1")]).await }
+    };
+    let remaining = |response: &redlimit_tests::HttpResponse| {
+        let state = response.header("ratelimit").unwrap_or_default().to_owned();
+        let at = state.find(";r=").expect("r=") + 3;
+        state[at..]
+            .split(';')
+            .next()
+            .expect("a number")
+            .parse::<u64>()
+            .expect("r")
+    };
+    // Each request reserves 1; its response says what it cost.
+    let first = generate(250).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.header("x-cost"), Some("250"));
+    assert_eq!(remaining(&first), 750, "250 taken, shown after the settle");
+    let second = generate(900).await;
+    assert_eq!(second.status, 200, "admitted with 750 left: {second:?}");
+    assert_eq!(remaining(&second), 0, "900 charged past the 750 left");
+    let third = generate(1).await;
+    assert_eq!(
+        third.status, 429,
+        "the debt of 150 refills first: {third:?}"
+    );
+    let wait: u64 = third
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    // 151 tokens at 1,000 an hour: 543.6 s.
+    assert!((540..=545).contains(&wait), "waits {wait} s");
 }

@@ -340,7 +340,10 @@ async fn override_gives_one_client_other_numbers_until_cleared() {
     assert!(with("check", &[]).starts_with("denied: 0 of 7"));
     assert!(with("clear-override", &[]).contains("back on the route's numbers"));
     assert!(with("clear-override", &[]).contains("had no override"));
-    assert!(with("check", &[]).starts_with("allowed: 4 of 5"));
+    assert!(
+        with("check", &[]).starts_with("denied: 0 of 5"),
+        "the 7 used under the override count under the route's 5 too"
+    );
 
     let refused = cli(&[
         "override",
@@ -409,8 +412,8 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     assert!(seen.contains("remaining  3 of 5"), "{seen}");
     assert!(seen.contains("key        shop:login:{alice}:fw:"), "{seen}");
     assert!(with("top", None).contains("alice"));
-    // One number off: no state, and a warning naming the numbers the keys have.
-    let off = [
+    // Another limit reads the same state, under its own numbers.
+    let raised = [
         "--policy",
         "login:fixed_window:6/15m",
         "--redis",
@@ -419,13 +422,27 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
         "shop",
     ];
     let mut args = vec!["inspect", "--client", "alice"];
+    args.extend_from_slice(&raised);
+    let seen = ok(&args);
+    assert!(seen.contains("remaining  4 of 6"), "{seen}");
+    assert!(!seen.contains("warning"), "{seen}");
+    // Another window: no state, and a warning naming the windows the keys have.
+    let off = [
+        "--policy",
+        "login:fixed_window:5/10m",
+        "--redis",
+        &url,
+        "--prefix",
+        "shop",
+    ];
+    let mut args = vec!["inspect", "--client", "alice"];
     args.extend_from_slice(&off);
     let seen = ok(&args);
-    assert!(seen.contains("remaining  6 of 6"), "{seen}");
+    assert!(seen.contains("remaining  5 of 5"), "{seen}");
     assert!(
         seen.contains(
-            "warning: no state of login under these numbers (fw:900000:6); its keys have: \
-             fw:900000:5"
+            "warning: no state of login under this algorithm and window (fw:600000); its keys \
+             have: fw:900000"
         ),
         "{seen}"
     );

@@ -201,5 +201,5 @@ async fn overrides_and_refunds_on_the_cluster() {
         .at(at_ms(T0))
         .await
         .expect("reserve");
-    assert!(limiter.refund(&reserved, 1).await.expect("refund"));
+    assert!(limiter.settle(&reserved, 0).await.expect("settle"));
 }

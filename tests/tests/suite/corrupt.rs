@@ -86,25 +86,29 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
         Algorithm::TokenBucket => vec![
             redis::cmd("HSET")
                 .arg(key)
-                .arg("t")
+                .arg("u")
                 .arg("1e3")
                 .arg("l")
                 .arg(T0)
                 .clone(),
             redis::cmd("HSET")
                 .arg(key)
-                .arg("t")
+                .arg("u")
                 .arg(5)
                 .arg("l")
                 .arg("12.5")
                 .clone(),
         ],
+        // 'tat:interval' (us).
         Algorithm::Gcra => vec![
             redis::cmd("SET").arg(key).arg("soon").clone(),
             redis::cmd("SET").arg(key).arg("").clone(),
+            redis::cmd("SET").arg(key).arg("4000000000000000").clone(),
+            redis::cmd("SET").arg(key).arg("4000000000000000:0").clone(),
+            redis::cmd("SET").arg(key).arg("4000000000000000:x").clone(),
             redis::cmd("SET")
                 .arg(key)
-                .arg("99999999999999999999")
+                .arg("99999999999999999999:100000")
                 .clone(),
         ],
         _ => unreachable!("every algorithm is listed"),
@@ -113,13 +117,15 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
     cmds.push(redis::cmd("RPUSH").arg(key).arg(1).clone());
     cmds.push(match algorithm {
         Algorithm::Gcra => redis::cmd("HSET").arg(key).arg("tat").arg(1).clone(),
+        // A fixed window reads the other form too (a limit changed across 10^6): spoiled there.
         _ if window && !hashed => redis::cmd("HSET")
             .arg(key)
             .arg("s")
             .arg(T0)
             .arg("n")
-            .arg(1)
+            .arg("many")
             .clone(),
+        _ if window => redis::cmd("SET").arg(key).arg("many").clone(),
         _ => redis::cmd("SET").arg(key).arg(1).clone(),
     });
     cmds

@@ -44,8 +44,8 @@ async fn inspect_and_reset(name: &str, limiter: &Limiter) {
                 Algorithm::FixedWindow | Algorithm::FixedWindowAnchored => &["n", "s"],
                 Algorithm::SlidingWindowLog => &["entries"],
                 Algorithm::SlidingWindowCounter => &["c", "p", "w"],
-                Algorithm::TokenBucket => &["l", "t"],
-                _ => &["tat"],
+                Algorithm::TokenBucket => &["l", "u"],
+                _ => &["interval", "tat"],
             };
             assert_eq!(fields, expected, "{what}");
             if matches!(expected, ["n", "s"]) {
@@ -121,7 +121,8 @@ async fn a_scan_of_a_cluster_finds_every_key_on_every_primary() {
         .expect("valid");
     let limiter = limiter(backend);
     let p = policy(Algorithm::FixedWindow, 10, 3_600_000, None);
-    let unrelated = policy(Algorithm::FixedWindow, 11, 3_600_000, None);
+    // Another window: a limit alone does not name other keys.
+    let unrelated = policy(Algorithm::FixedWindow, 10, 1_800_000, None);
     for client in 0..300_u64 {
         for _ in 0..=(client % 5) {
             limiter

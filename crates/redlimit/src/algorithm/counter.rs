@@ -4,8 +4,18 @@
 use super::{Denial, Plan, State, Update, View, Write};
 use crate::Policy;
 
-pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) -> Plan {
-    let (limit, window) = (policy.limit(), policy.window_ms());
+/// Where a check at `now` counts: its window's index, how far into it, how far it was moved
+/// forward (`shift`), and the previous and current counts it weighs.
+pub(super) struct Position {
+    pub(super) index: u64,
+    pub(super) elapsed: u64,
+    pub(super) shift: u64,
+    pub(super) prev: u64,
+    pub(super) curr: u64,
+}
+
+pub(super) fn current(policy: &Policy, state: Option<&State>, now: u64) -> Position {
+    let window = policy.window_ms();
     // A check stamped before the stored window (a clock that stepped back) is taken at that
     // window's start, where its counts weigh the most; `shift` carries every wait back to `now`.
     let index = match state {
@@ -13,8 +23,6 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
         _ => now / window,
     };
     let at = now.max(index * window);
-    let shift = at - now;
-    let elapsed = at - index * window;
     let (prev, curr) = match state {
         Some(&State::Counter {
             window: w,
@@ -26,6 +34,38 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
         }) if w + 1 == index => (curr, 0),
         _ => (0, 0),
     };
+    Position {
+        index,
+        elapsed: at - index * window,
+        shift: at - now,
+        prev,
+        curr,
+    }
+}
+
+/// The write counting `curr` in the position's window.
+pub(super) fn write(policy: &Policy, at: &Position, curr: u64) -> Write {
+    let window = policy.window_ms();
+    Write {
+        update: Update::Replace(State::Counter {
+            window: at.index,
+            prev: at.prev,
+            curr,
+        }),
+        ttl_ms: at.shift + 2 * window - at.elapsed,
+    }
+}
+
+pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) -> Plan {
+    let (limit, window) = (policy.limit(), policy.window_ms());
+    let at = current(policy, state, now);
+    let Position {
+        elapsed,
+        shift,
+        prev,
+        curr,
+        ..
+    } = at;
     let capacity = limit * window;
     let estimate = |curr: u64| prev * (window - elapsed) + curr * window;
     let view = |curr: u64| View {
@@ -51,15 +91,7 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
         );
     }
     let curr = curr + cost;
-    let write = Write {
-        update: Update::Replace(State::Counter {
-            window: index,
-            prev,
-            curr,
-        }),
-        ttl_ms: shift + 2 * window - elapsed,
-    };
-    Plan::admitted(before, view(curr), write, cost)
+    Plan::admitted(before, view(curr), write(policy, &at, curr), cost)
 }
 
 /// The earliest wait after which `cost` fits; requires `cost <= limit` and a denial now.

@@ -42,6 +42,7 @@ pub(super) fn plan(policy: &Policy, state: Option<&State>, now: u64, cost: u64) 
             at: now,
             count: cost,
             window,
+            keep: None,
         },
         ttl_ms: newest_after.map_or(window, |t| t + window - now),
     };

@@ -8,12 +8,12 @@ mod bucket;
 mod counter;
 mod gcra;
 mod log;
-mod refund;
+mod settle;
 mod window;
 
 use std::collections::VecDeque;
 
-pub(crate) use self::refund::refund;
+pub(crate) use self::settle::{charge, refund};
 use crate::{Algorithm, Policy};
 
 /// What one key holds, per algorithm. Times are milliseconds except GCRA's microseconds.
@@ -25,10 +25,12 @@ pub(crate) enum State {
     Log(VecDeque<u64>),
     /// Sliding window counter: the current window's index and two counts.
     Counter { window: u64, prev: u64, curr: u64 },
-    /// Token bucket: tokens scaled by the window (tokens × window_ms) and the last refill.
-    Bucket { tokens: u64, last: u64 },
-    /// GCRA's theoretical arrival time, in microseconds.
-    Gcra { tat: u64 },
+    /// Token bucket: tokens taken, scaled by the window (tokens × window_ms), and the last
+    /// refill.
+    Bucket { used: u64, last: u64 },
+    /// GCRA's theoretical arrival time and the emission interval it was reached by, in
+    /// microseconds.
+    Gcra { tat: u64, interval: u64 },
 }
 
 /// What a client sees of its quota at one moment.
@@ -58,8 +60,14 @@ pub(crate) struct Write {
 pub(crate) enum Update {
     /// The key's whole state becomes this.
     Replace(State),
-    /// `count` entries at `at` join the log; entries at or before `at - window` leave it.
-    LogAppend { at: u64, count: u64, window: u64 },
+    /// `count` entries at `at` join the log; entries at or before `at - window` leave it, and
+    /// with `keep`, all but the newest `keep`.
+    LogAppend {
+        at: u64,
+        count: u64,
+        window: u64,
+        keep: Option<u64>,
+    },
 }
 
 /// The outcome of planning one policy's check.
@@ -109,7 +117,12 @@ pub(crate) fn plan(policy: &Policy, state: Option<&State>, now_us: u64, cost: u6
 pub(crate) fn apply(state: &mut Option<State>, update: Update) {
     match update {
         Update::Replace(new) => *state = Some(new),
-        Update::LogAppend { at, count, window } => {
+        Update::LogAppend {
+            at,
+            count,
+            window,
+            keep,
+        } => {
             let entries = match state {
                 Some(State::Log(entries)) => entries,
                 _ => state.insert(State::Log(VecDeque::new())).as_log_mut(),
@@ -119,6 +132,10 @@ pub(crate) fn apply(state: &mut Option<State>, update: Update) {
             let position = entries.partition_point(|&t| t <= at);
             for _ in 0..count {
                 entries.insert(position, at);
+            }
+            if let Some(keep) = keep.and_then(|keep| usize::try_from(keep).ok()) {
+                let over = entries.len().saturating_sub(keep);
+                entries.drain(..over);
             }
         }
     }
@@ -131,8 +148,8 @@ impl State {
             Self::Window { start, count } => &[("s", *start), ("n", *count)],
             Self::Log(entries) => &[("entries", entries.len() as u64)],
             Self::Counter { window, prev, curr } => &[("w", *window), ("p", *prev), ("c", *curr)],
-            Self::Bucket { tokens, last } => &[("t", *tokens), ("l", *last)],
-            Self::Gcra { tat } => &[("tat", *tat)],
+            Self::Bucket { used, last } => &[("u", *used), ("l", *last)],
+            Self::Gcra { tat, interval } => &[("tat", *tat), ("interval", *interval)],
         };
         pairs
             .iter()

@@ -3,6 +3,35 @@
 use super::{Denial, Plan, State, Update, View, Write};
 use crate::Policy;
 
+/// The start and count of the window a check at `now` counts in.
+pub(super) fn current(
+    policy: &Policy,
+    state: Option<&State>,
+    now: u64,
+    aligned: bool,
+) -> (u64, u64) {
+    let window = policy.window_ms();
+    let fresh_start = if aligned { now - now % window } else { now };
+    // A check stamped before the stored window (a clock that stepped back) counts in it: a
+    // fresh window there would admit the limit once more.
+    match state {
+        Some(&State::Window { start, count })
+            if (aligned && start >= fresh_start) || (!aligned && now < start + window) =>
+        {
+            (start, count)
+        }
+        _ => (fresh_start, 0),
+    }
+}
+
+/// The write keeping `count` in the window at `start`, at `now`.
+pub(super) fn write(policy: &Policy, start: u64, count: u64, now: u64) -> Write {
+    Write {
+        update: Update::Replace(State::Window { start, count }),
+        ttl_ms: start + policy.window_ms() - now,
+    }
+}
+
 pub(super) fn plan(
     policy: &Policy,
     state: Option<&State>,
@@ -11,17 +40,7 @@ pub(super) fn plan(
     aligned: bool,
 ) -> Plan {
     let (limit, window) = (policy.limit(), policy.window_ms());
-    let fresh_start = if aligned { now - now % window } else { now };
-    // A check stamped before the stored window (a clock that stepped back) counts in it: a
-    // fresh window there would admit the limit once more.
-    let (start, count) = match state {
-        Some(&State::Window { start, count })
-            if (aligned && start >= fresh_start) || (!aligned && now < start + window) =>
-        {
-            (start, count)
-        }
-        _ => (fresh_start, 0),
-    };
+    let (start, count) = current(policy, state, now, aligned);
     let end = start + window;
     let view = |count: u64| View {
         remaining: limit.saturating_sub(count),
@@ -35,9 +54,5 @@ pub(super) fn plan(
         return Plan::denied(before, Denial::RetryAfterMs(end - now));
     }
     let count = count + cost;
-    let write = Write {
-        update: Update::Replace(State::Window { start, count }),
-        ttl_ms: end - now,
-    };
-    Plan::admitted(before, view(count), write, cost)
+    Plan::admitted(before, view(count), write(policy, start, count, now), cost)
 }

@@ -18,6 +18,7 @@ pub use self::{
 use crate::{
     Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, PolicySet, Reason, RetryAfter,
     Timestamp, algorithm::Denial, check_request::Options, decisions::Reservation,
+    policy::MAX_EXACT,
 };
 
 /// Where a [`Limiter`](crate::Limiter) keeps its state.
@@ -76,38 +77,71 @@ impl Backend {
         }
     }
 
-    /// Gives back `cost` of what `reserved` took, at `now` (else the backend's time); how
-    /// many policies gave something back.
-    pub(crate) async fn refund(
+    /// Settles what `reserved` took by `change`, at `now` (else the backend's time); how many
+    /// policies changed.
+    pub(crate) async fn settle(
         &self,
         keys: &KeyScheme,
         reserved: &Reservation,
-        cost: u64,
+        change: Change,
         now: Option<Timestamp>,
     ) -> Result<u64, Error> {
-        let (set, client, taken_at_us) = (&reserved.set, &*reserved.client, reserved.at_us);
+        let (set, client) = (&reserved.set, &*reserved.client);
+        let settlement = match change {
+            Change::GiveBack(cost) => Settlement::GiveBack {
+                cost,
+                at_us: reserved.at_us,
+            },
+            Change::Charge(cost) => Settlement::Charge {
+                cost: cost.min(MAX_EXACT),
+            },
+        };
         match self {
             Self::Memory(memory) => {
                 let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
                 let overridden = memory.overrides().resolve(keys, set, client, now_us);
                 let policies = overridden.as_deref().unwrap_or(set);
-                Ok(memory.refund(keys, client, policies, cost, taken_at_us, now_us))
+                Ok(memory.settle(keys, client, policies, settlement, now_us))
             }
             Self::Redis(redis) => {
-                let request = Request {
-                    cost,
-                    taken_at_us: Some(taken_at_us),
-                    ..Request::new(set, client)
+                let request = match settlement {
+                    Settlement::GiveBack { cost, at_us } => Request {
+                        cost,
+                        taken_at_us: Some(at_us),
+                        ..Request::new(set, client)
+                    },
+                    Settlement::Charge { cost } => Request {
+                        cost,
+                        ..Request::new(set, client)
+                    },
                 };
                 let call = protocol::encode(keys, now.map(Timestamp::as_micros), &[request]);
-                let reply = redis.script(call, |scripts| &scripts.refund).await?;
-                Ok(protocol::decode_refunds(&reply)
+                let reply = redis.script(call, |scripts| &scripts.settle).await?;
+                Ok(protocol::decode_settled(&reply)
                     .first()
                     .copied()
                     .unwrap_or(0))
             }
         }
     }
+}
+
+/// How a settle changes what a reservation took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Gives this much back.
+    GiveBack(u64),
+    /// Takes this much more, even past the limit.
+    Charge(u64),
+}
+
+/// A [`Change`] as a backend applies it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Settlement {
+    /// Gives back `cost` to the state the reservation taken at `at_us` counted in.
+    GiveBack { cost: u64, at_us: u64 },
+    /// Takes `cost` more now, even past the limit.
+    Charge { cost: u64 },
 }
 
 impl Backend {

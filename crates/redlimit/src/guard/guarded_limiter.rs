@@ -15,8 +15,8 @@ use super::{
 };
 use crate::{
     BlockCache, Check, CheckRequest, CircuitBreaker, ConcurrencyPolicy, Decision, Decisions, Error,
-    ErrorKind, FailurePolicy, Lease, Limiter, Policy, PolicySet, Reason, RefundFuture,
-    RefundRequest, Stats, Timestamp, backend::Started, check_request::Options, client_id,
+    ErrorKind, FailurePolicy, Lease, Limiter, Policy, PolicySet, Reason, SettleFuture,
+    SettleRequest, Stats, Timestamp, backend::Started, check_request::Options, client_id,
 };
 
 /// A source of explicit check times, for tests and replays; see [`GuardBuilder::clock`].
@@ -290,17 +290,17 @@ impl GuardedLimiter {
         CheckRequest::new(self, &self.inner.policies, client)
     }
 
-    /// A refund of `cost` (at most what it took) of what the reservation `reserved` took (see
-    /// [`Limiter::refund`]), within the guard's budget, to the limiter that took it (the local
-    /// fallback's, for a reservation it made). Awaited, whether anything was given back; a
-    /// failure is logged and counted like a check's, and gives nothing back: the request stays
-    /// counted.
-    pub fn refund<'a>(&'a self, reserved: &'a Decisions, cost: u64) -> RefundRequest<'a, Self> {
-        RefundRequest::new(self, reserved, cost)
+    /// Settles the reservation `reserved` at its `actual` cost (see [`Limiter::settle`]),
+    /// within the guard's budget, with the limiter that took it (the local fallback's, for a
+    /// reservation it made). Awaited, whether anything was given back or charged; a failure is
+    /// logged and counted like a check's, and changes nothing: the reservation stays counted as
+    /// it was.
+    pub fn settle<'a>(&'a self, reserved: &'a Decisions, actual: u64) -> SettleRequest<'a, Self> {
+        SettleRequest::new(self, reserved, actual)
     }
 
-    async fn refunded(&self, reserved: &Decisions, cost: u64, at: Option<Timestamp>) -> bool {
-        if reserved.refundable().is_none() {
+    async fn settled(&self, reserved: &Decisions, actual: u64, at: Option<Timestamp>) -> bool {
+        if reserved.reserved_cost().is_none() {
             return false;
         }
         let guard = &*self.inner;
@@ -311,10 +311,10 @@ impl GuardedLimiter {
             _ => &guard.limiter,
         };
         match guard
-            .within_budget(limiter.refunded(reserved, cost, at))
+            .within_budget(limiter.settled(reserved, actual, at))
             .await
         {
-            Ok(refunded) => refunded,
+            Ok(changed) => changed,
             Err(error) => {
                 guard.count_failed(error.kind());
                 guard.errors.report(&error, &guard.policies);
@@ -597,11 +597,11 @@ impl<'a> std::future::IntoFuture for CheckRequest<'a, GuardedLimiter> {
     }
 }
 
-impl<'a> std::future::IntoFuture for RefundRequest<'a, GuardedLimiter> {
+impl<'a> std::future::IntoFuture for SettleRequest<'a, GuardedLimiter> {
     type Output = bool;
-    type IntoFuture = RefundFuture<'a, bool>;
+    type IntoFuture = SettleFuture<'a, bool>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.on.refunded(self.reserved, self.cost, self.at))
+        Box::pin(self.on.settled(self.reserved, self.actual, self.at))
     }
 }

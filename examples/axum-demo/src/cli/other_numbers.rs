@@ -1,12 +1,12 @@
-//! A hint for a policy named on the command line whose numbers match no state: the numbers
-//! its name's keys do have.
+//! A hint for a policy named on the command line whose algorithm and window match no state:
+//! the ones its name's keys do have. (A limit or burst names no key: state is read under any.)
 
 use redlimit::{Limiter, Policy, deadpool_redis::redis};
 
-/// At most this many `SCAN` calls (of 1,000 keys each) look for keys of other numbers.
+/// At most this many `SCAN` calls (of 1,000 keys each) look for keys of another window.
 const SCAN_CALLS: usize = 100;
 
-/// A warning line naming up to 5 key suffixes (algorithm and numbers) under which keys of
+/// A warning line naming up to 5 key suffixes (algorithm and window) under which keys of
 /// `policy`'s name exist on the standalone Redis at `url`, when there are any; `None` when
 /// there are none, or Redis cannot say.
 pub(super) async fn warning(url: &str, limiter: &Limiter, policy: &Policy) -> Option<String> {
@@ -29,7 +29,7 @@ pub(super) async fn warning(url: &str, limiter: &Limiter, policy: &Policy) -> Op
             .await
             .ok()?;
         for key in keys {
-            // Another policy's numbers, not an override's or a ban's key (`~`).
+            // Another algorithm or window, not an override's or a ban's key (`~`).
             let other = key.rsplit_once("}:").map(|(_, s)| s.to_owned());
             if let Some(other) = other.filter(|o| o != suffix && !o.starts_with('~'))
                 && !others.contains(&other)
@@ -45,7 +45,7 @@ pub(super) async fn warning(url: &str, limiter: &Limiter, policy: &Policy) -> Op
     }
     (!others.is_empty()).then(|| {
         format!(
-            "warning: no state of {} under these numbers ({suffix}); its keys have: {}\n",
+            "warning: no state of {} under this algorithm and window ({suffix}); its keys have: {}\n",
             policy.name(),
             others.join(", ")
         )

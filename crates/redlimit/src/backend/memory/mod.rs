@@ -17,7 +17,7 @@ mod recent;
 
 use self::{bans::Bans, leases::Leases, overrides::Overrides, recent::Recent};
 use super::{
-    Started,
+    Settlement, Started,
     answer::{Answer, Inspected},
     decision, stamp,
 };
@@ -376,29 +376,39 @@ impl MemoryBackend {
         answers
     }
 
-    /// Gives back `cost` that `policies` took for `client` at `at_us` (see
-    /// [`algorithm::refund`]); how many policies gave something back.
-    pub(crate) fn refund(
+    /// Settles what `policies` took for `client` (see [`algorithm::refund`] and
+    /// [`algorithm::charge`]); how many policies changed.
+    pub(crate) fn settle(
         &self,
         keys: &KeyScheme,
         client: &str,
         policies: &[Policy],
-        cost: u64,
-        at_us: u64,
+        settlement: Settlement,
         now_us: u64,
     ) -> u64 {
         let (client, mut shard) = self.shard_of(client);
-        let mut refunded = 0;
+        let mut changed = 0;
         for policy in policies {
-            let entry = shard.entries.get_mut(KeyIds::of(keys, policy, client));
-            let live = entry.filter(|entry| entry.expires_at_us > now_us);
-            if let Some(state) = live.and_then(|entry| entry.state.as_mut())
-                && algorithm::refund(policy, state, at_us, now_us, cost)
-            {
-                refunded += 1;
+            let id = KeyIds::of(keys, policy, client);
+            match settlement {
+                Settlement::GiveBack { cost, at_us } => {
+                    let entry = shard.entries.get_mut(id);
+                    let live = entry.filter(|entry| entry.expires_at_us > now_us);
+                    if let Some(state) = live.and_then(|entry| entry.state.as_mut())
+                        && algorithm::refund(policy, state, at_us, now_us, cost)
+                    {
+                        changed += 1;
+                    }
+                }
+                Settlement::Charge { cost } => {
+                    let write = algorithm::charge(policy, shard.live(id, now_us), now_us, cost);
+                    let expires_at_us = now_us.saturating_add(write.ttl_ms.saturating_mul(1000));
+                    shard.write(id, write.update, expires_at_us, now_us);
+                    changed += 1;
+                }
             }
         }
-        refunded
+        changed
     }
 
     /// The client's id and its shard, locked: every key of one client lives there.

@@ -372,8 +372,7 @@ impl RedisBackend {
                     .map_err(|err| call.error(err))
             })
             .await?;
-        let key = call.keys.first().map_or("", String::as_str);
-        protocol::decode_inspected(reply, key, algorithm)
+        protocol::decode_inspected(reply, algorithm)
     }
 
     /// Sets `call`'s one key to `value` for `ttl_ms`.

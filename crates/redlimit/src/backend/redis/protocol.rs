@@ -42,7 +42,8 @@ pub(crate) struct Request<'a> {
     /// A request id and how long (ms) its first answer is remembered.
     pub(crate) once: Option<(&'a str, u64)>,
     pub(crate) reserve: bool,
-    /// A refund: the time (us) its reservation was taken at.
+    /// A settle giving back: the time (us) its reservation was taken at (a settle without it
+    /// charges).
     pub(crate) taken_at_us: Option<u64>,
     /// Whether the policies' overrides and bans are read: not for an inspection of a key a
     /// scan found, which has no client to read them for.
@@ -122,7 +123,7 @@ pub(crate) struct Call {
 enum Args {
     /// A lease's or a key command's arguments, as sent.
     Plain(Vec<Arg>),
-    /// Checks (or refunds): each policy set once, however many requests name it, so a batch
+    /// Checks (or settles): each policy set once, however many requests name it, so a batch
     /// of one route's checks sends its numbers once and each request as its cost and head.
     Requests {
         now_us: Option<u64>,
@@ -141,7 +142,7 @@ struct Encoded {
     extra: Vec<Arg>,
 }
 
-/// The call checking (or refunding) `requests` at `now_us` (`None`: Redis `TIME`).
+/// The call checking (or settling) `requests` at `now_us` (`None`: Redis `TIME`).
 pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Request<'_>]) -> Call {
     let mut keys = Vec::new();
     let mut sets: Vec<Vec<Arg>> = Vec::new();
@@ -435,8 +436,8 @@ pub(crate) fn decode_acquired(reply: &[i64]) -> Result<Acquired, Error> {
     })
 }
 
-/// Reads a refund's reply: per request, how many of its policies gave something back.
-pub(crate) fn decode_refunds(reply: &[i64]) -> Vec<u64> {
+/// Reads a settle's reply: per request, how many of its policies changed.
+pub(crate) fn decode_settled(reply: &[i64]) -> Vec<u64> {
     reply
         .iter()
         .map(|&n| u64::try_from(n).unwrap_or(0))
@@ -449,11 +450,10 @@ const PACK: u64 = 1_000_000;
 
 /// Reads the inspect script's reply for the key `key` of `algorithm`.
 pub(crate) fn decode_inspected(
-    reply: (i64, i64, i64, i64, i64, Vec<String>, i64, String),
-    key: &str,
+    reply: (i64, i64, i64, i64, i64, Vec<String>, i64, String, i64),
     algorithm: Algorithm,
 ) -> Result<Inspected, Error> {
-    let (allowed, remaining, reset, retry, pttl, state, limit, read) = reply;
+    let (allowed, remaining, reset, retry, pttl, state, limit, read, overridden) = reply;
     let answer = answer(&[allowed, remaining, reset, retry])?;
     let mut fields = state.into_iter();
     let mut pairs = Vec::new();
@@ -468,7 +468,11 @@ pub(crate) fn decode_inspected(
                 pairs.push(("s".to_owned(), (packed / PACK).to_string()));
                 pairs.push(("n".to_owned(), (packed % PACK).to_string()));
             }
-            ("value", _) if algorithm == Algorithm::Gcra => pairs.push(("tat".to_owned(), value)),
+            ("value", _) if algorithm == Algorithm::Gcra => {
+                let (tat, interval) = value.split_once(':').unwrap_or((&value, ""));
+                pairs.push(("tat".to_owned(), tat.to_owned()));
+                pairs.push(("interval".to_owned(), interval.to_owned()));
+            }
             _ => pairs.push((field, value)),
         }
     }
@@ -476,7 +480,7 @@ pub(crate) fn decode_inspected(
         answer,
         ttl_ms: u64::try_from(pttl).ok(),
         state: pairs,
-        overridden: (read != key).then(|| (u64::try_from(limit).unwrap_or(0), read)),
+        overridden: (overridden == 1).then(|| (u64::try_from(limit).unwrap_or(0), read)),
     })
 }
 

@@ -10,7 +10,7 @@ use crate::{Algorithm, Policy};
 macro_rules! one {
     ($file:literal, $make:literal) => {
         concat!(
-            "local REFUNDS = false\n",
+            "local SETTLES = false\n",
             include_str!("../../../lua/prelude.lua"),
             include_str!(concat!("../../../lua/", $file)),
             $make,
@@ -47,13 +47,13 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
     }
 }
 
-/// The prelude, every algorithm (with its refund when `$refunds`) and their dispatch by name,
+/// The prelude, every algorithm (with its settle when `$settles`) and their dispatch by name,
 /// overrides and bans, the protocol's readers, then `$entry`.
 macro_rules! every {
-    ($refunds:literal, $entry:literal) => {
+    ($settles:literal, $entry:literal) => {
         concat!(
-            "local REFUNDS = ",
-            $refunds,
+            "local SETTLES = ",
+            $settles,
             "\n",
             include_str!("../../../lua/prelude.lua"),
             include_str!("../../../lua/fixed_window.lua"),
@@ -76,7 +76,7 @@ pub(crate) const CHECK: &str = every!("false", "check.lua");
 const INSPECT: &str = every!("false", "inspect.lua");
 
 /// The Lua source of the script giving back what reservations took.
-const REFUND: &str = every!("true", "refund.lua");
+const SETTLE: &str = every!("true", "settle.lua");
 
 /// The Lua source of the script that acquires a concurrency lease.
 const ACQUIRE: &str = concat!(
@@ -121,7 +121,7 @@ pub(crate) struct Scripts {
     one: [Script; Algorithm::ALL.len()],
     check: Script,
     pub(crate) inspect: Script,
-    pub(crate) refund: Script,
+    pub(crate) settle: Script,
     pub(crate) acquire: Script,
     pub(crate) renew: Script,
 }
@@ -132,7 +132,7 @@ impl Scripts {
             one: Algorithm::ALL.map(|algorithm| Script::new(one_source(algorithm))),
             check: Script::new(CHECK),
             inspect: Script::new(INSPECT),
-            refund: Script::new(REFUND),
+            settle: Script::new(SETTLE),
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
         }

@@ -1,6 +1,6 @@
-//! Counting by response: a reservation is refunded when its response should not count, by at
-//! most what it took, only to the window it counted in, and correctly under concurrency; on
-//! Redis and in memory alike.
+//! Counting by response: a reservation is settled at its actual cost. Below it, given back (at
+//! most what it took, only to the window it counted in); above it, charged now even past the
+//! limit; correctly under concurrency; on Redis and in memory alike.
 
 use std::{sync::Arc, time::Duration};
 
@@ -12,7 +12,7 @@ use axum::{
 };
 use redlimit::{
     Algorithm, Decisions, FailurePolicy, GuardedLimiter, Limiter, Policy, PolicySet, Reason,
-    Timestamp,
+    RetryAfter, Timestamp,
 };
 use redlimit_tests::RedisServer;
 use tower::ServiceExt;
@@ -31,10 +31,10 @@ async fn reserve(limiter: &Limiter, p: &[Policy], at: u64) -> Decisions {
 
 async fn refund(limiter: &Limiter, reserved: &Decisions, at: u64) -> bool {
     limiter
-        .refund(reserved, 1)
+        .settle(reserved, 0)
         .at(at_ms(at))
         .await
-        .expect("refund")
+        .expect("settle")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,12 +48,16 @@ async fn a_refund_gives_back_one_reservation_of_every_algorithm() {
             for i in 0..3 {
                 let d = reserve(&limiter, &p, T0 + i).await;
                 assert!(d.allowed(), "{name}: reservation {i}");
-                assert_eq!(d.refundable(), Some(1), "{name}");
+                assert_eq!(d.reserved_cost(), Some(1), "{name}");
                 taken.push(d);
             }
             let denied = reserve(&limiter, &p, T0 + 3).await;
             assert!(!denied.allowed(), "{name}: the 4th is denied");
-            assert_eq!(denied.refundable(), None, "{name}: a denial took nothing");
+            assert_eq!(
+                denied.reserved_cost(),
+                None,
+                "{name}: a denial took nothing"
+            );
             assert!(
                 !refund(&limiter, &denied, T0 + 4).await,
                 "{name}: nothing to give back"
@@ -101,7 +105,7 @@ async fn a_window_that_ended_is_not_credited_to_the_next() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refund_gives_back_at_most_what_it_took() {
+async fn a_settle_at_zero_gives_back_what_it_took() {
     let server = RedisServer::start();
     for (backend, limiter) in both_backends(&server) {
         let p = [policy(Algorithm::FixedWindow, 10, 60_000, None)];
@@ -112,12 +116,12 @@ async fn a_refund_gives_back_at_most_what_it_took() {
             .at(at_ms(T0))
             .await
             .expect("reserve");
-        assert_eq!(d.refundable(), Some(2), "{backend}");
+        assert_eq!(d.reserved_cost(), Some(2), "{backend}");
         limiter
-            .refund(&d, 100)
+            .settle(&d, 0)
             .at(at_ms(T0 + 1))
             .await
-            .expect("refund");
+            .expect("settle");
         let peek = limiter
             .check(&alone(&p[0]), "c")
             .cost(0)
@@ -125,16 +129,16 @@ async fn a_refund_gives_back_at_most_what_it_took() {
             .await
             .expect("peek")[0]
             .clone();
-        assert_eq!(peek.remaining, 10, "{backend}: the 2 it took, not 100");
+        assert_eq!(peek.remaining, 10, "{backend}: the 2 it took");
         // A plain check is not refundable.
         let plain = limiter
             .check(&set_of(&p), "c")
             .at(at_ms(T0 + 3))
             .await
             .expect("check");
-        assert_eq!(plain.refundable(), None, "{backend}");
+        assert_eq!(plain.reserved_cost(), None, "{backend}");
         assert!(
-            !limiter.refund(&plain, 1).await.expect("refund"),
+            !limiter.settle(&plain, 0).await.expect("settle"),
             "{backend}"
         );
         // A policy in delay mode cannot be reserved.
@@ -368,9 +372,13 @@ async fn a_fallback_reservation_is_refunded_to_the_fallback() {
 
     let reserved = guard.check("bob").reserve().await;
     assert_eq!(reserved.first().map(|d| d.reason), Some(Reason::Fallback));
-    assert_eq!(reserved.refundable(), Some(1), "the fallback's reservation");
+    assert_eq!(
+        reserved.reserved_cost(),
+        Some(1),
+        "the fallback's reservation"
+    );
     assert!(
-        guard.refund(&reserved, 1).await,
+        guard.settle(&reserved, 0).await,
         "given back to the fallback"
     );
     assert_eq!(
@@ -395,4 +403,132 @@ async fn a_fallback_reservation_is_refunded_to_the_fallback() {
         StatusCode::TOO_MANY_REQUESTS,
         "three failures used the fallback's limit"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_above_the_reservation_charges_the_difference() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        for algorithm in Algorithm::ALL {
+            let name = format!("{backend} {}", algorithm.name());
+            let p = [policy(algorithm, 1_000, 60_000, None)];
+            let reserved = limiter
+                .check(&set_of(&p), "c")
+                .cost(100)
+                .reserve()
+                .at(at_ms(T0))
+                .await
+                .expect("reserve");
+            assert_eq!(reserved[0].remaining, 900, "{name}");
+            assert!(
+                limiter
+                    .settle(&reserved, 250)
+                    .at(at_ms(T0 + 1))
+                    .await
+                    .expect("settle"),
+                "{name}"
+            );
+            let peek = limiter
+                .check(&alone(&p[0]), "c")
+                .cost(0)
+                .at(at_ms(T0 + 2))
+                .await
+                .expect("peek");
+            assert_eq!(peek[0].remaining, 750, "{name}: 250 taken");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_past_the_limit_makes_the_next_checks_wait_for_the_debt() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        for algorithm in Algorithm::ALL {
+            let name = format!("{backend} {}", algorithm.name());
+            let p = [policy(algorithm, 100, 60_000, None)];
+            let reserved = limiter
+                .check(&set_of(&p), "c")
+                .cost(100)
+                .reserve()
+                .at(at_ms(T0))
+                .await
+                .expect("reserve");
+            assert!(reserved.allowed(), "{name}");
+            assert!(
+                limiter
+                    .settle(&reserved, 250)
+                    .at(at_ms(T0 + 1))
+                    .await
+                    .expect("settle"),
+                "{name}"
+            );
+            let next = limiter
+                .check(&alone(&p[0]), "c")
+                .at(at_ms(T0 + 2))
+                .await
+                .expect("check");
+            assert!(!next.allowed(), "{name}");
+            let Some(RetryAfter::After(wait)) = next.retry_after() else {
+                panic!("{name}: a wait");
+            };
+            let wait = u64::try_from(wait.as_millis()).expect("small");
+            let least = match algorithm {
+                // The debt of 150 and the request's 1 refill at 100 a minute.
+                Algorithm::TokenBucket | Algorithm::Gcra => 151 * 600 - 2,
+                // Until the window (the log: the charge's entries) ends.
+                _ => 60_000 - 2,
+            };
+            assert!(wait >= least, "{name}: waits {wait} ms, at least {least}");
+            let later = limiter
+                .check(&alone(&p[0]), "c")
+                .at(at_ms(T0 + 2 + wait))
+                .await
+                .expect("check");
+            assert!(later.allowed(), "{name}: admitted once the debt refilled");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_settles_above_never_lose_a_charge() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        for algorithm in Algorithm::ALL {
+            let name = format!("{backend} {}", algorithm.name());
+            let p = Arc::new([policy(algorithm, 1_000, 3_600_000, None)]);
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..64 {
+                let (limiter, p) = (limiter.clone(), Arc::clone(&p));
+                tasks.spawn(async move {
+                    let reserved = limiter
+                        .check(&set_of(&p[..]), "c")
+                        .reserve()
+                        .at(at_ms(T0 + i))
+                        .await
+                        .expect("reserve");
+                    limiter
+                        .settle(&reserved, 3)
+                        .at(at_ms(T0 + i))
+                        .await
+                        .expect("settle")
+                });
+            }
+            let mut settled = 0;
+            while let Some(changed) = tasks.join_next().await {
+                settled += u32::from(changed.expect("task"));
+            }
+            assert_eq!(settled, 64, "{name}");
+            let peek = limiter
+                .check(&alone(&p[0]), "c")
+                .cost(0)
+                .at(at_ms(T0 + 100))
+                .await
+                .expect("peek");
+            assert_eq!(
+                peek[0].remaining,
+                1_000 - 64 * 3,
+                "{name}: every charge counted"
+            );
+        }
+    }
 }
