@@ -162,6 +162,11 @@ impl KeyScheme {
         self.named(policy.name(), "~override", client)
     }
 
+    /// The pub/sub channel of operator events under this prefix (see `Limiter::reset`).
+    pub(crate) fn events_channel(&self) -> String {
+        format!("{}:~events", self.prefix)
+    }
+
     /// The key counting `client`'s recent denials by `policy` towards a ban.
     pub(crate) fn strikes_key(&self, policy: &Policy, client: &str) -> String {
         self.named(policy.name(), "~strikes", client)

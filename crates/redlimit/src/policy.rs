@@ -292,9 +292,9 @@ impl PolicyBuilder {
 
     /// Whether checks read a per-client override, set at run time for every instance by
     /// [`Limiter::set_override`](crate::Limiter::set_override): in the same script call (the
-    /// one for several policies), one `GET` more per check. A
-    /// [`GuardedLimiter`](crate::GuardedLimiter) with such a policy keeps no local block cache
-    /// unless given one, so an override takes effect at every instance's next request.
+    /// one for several policies), one `GET` more per check. Setting or clearing one lifts the
+    /// client's local blocks at every instance (see
+    /// [`BlockCache`](crate::BlockCache)), so it takes effect at every instance's next request.
     /// Defaults to `false`, which reads nothing. Not with [`max_delay`](Self::max_delay).
     pub fn overrides(mut self, overridable: bool) -> Self {
         self.overridable = overridable;

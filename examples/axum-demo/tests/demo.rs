@@ -649,26 +649,90 @@ async fn two_api_keys_of_different_tiers_get_their_own_tiers_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_override_changes_one_clients_limit_in_both_processes_at_once() {
+async fn operators_resets_and_overrides_reach_both_processes_through_their_block_caches() {
     let server = RedisServer::start();
+    let store = format!("redis_url = \"{}\"", server.url());
+    operators_actions_reach_both_processes(&store, &server.limiter(), |_| server.connection())
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_resets_and_overrides_reach_both_processes_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let store = format!("redis_cluster = [{}]", urls.join(", "));
+    let operator = redlimit::Limiter::new(
+        redlimit::RedisBackend::cluster(cluster.urls())
+            .budget(Duration::from_secs(5))
+            .build()
+            .expect("valid"),
+    );
+    operators_actions_reach_both_processes(&store, &operator, |key| {
+        cluster.connection(cluster.primary_of(key).expect("a primary"))
+    })
+    .await;
+}
+
+/// Two demo processes on `store`: a client blocked at both (its 429s served by each block
+/// cache), then an operator's reset, override and clear-override on `operator` lift it at
+/// both. `connection` reaches the node holding a key, to count Redis commands.
+async fn operators_actions_reach_both_processes(
+    store: &str,
+    operator: &redlimit::Limiter,
+    connection: impl Fn(&str) -> redlimit::deadpool_redis::redis::Connection,
+) {
     let config = format!(
-        "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\noverrides = true\n",
-        server.url()
+        "{store}\nbudget = \"2s\"\n[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\noverrides = true\n"
     );
     let demos = [Demo::start(&config).await, Demo::start(&config).await];
-    // Requests alternate between the two processes; the statuses of `n` of them.
-    let statuses = |key: &'static str, n: usize| {
-        let addresses = [demos[0].address, demos[1].address];
-        async move {
-            let mut statuses = Vec::new();
-            for i in 0..n {
-                let response = http_get(addresses[i % 2], "/api", &[("x-api-key", key)]).await;
-                statuses.push(response.status);
+    let addresses = [demos[0].address, demos[1].address];
+    let get = async |at: usize, key: &'static str| {
+        http_get(addresses[at], "/api", &[("x-api-key", key)]).await
+    };
+    // `key` over its limit at both processes, each then denying it from its block cache: no
+    // Redis command for the request.
+    let block_at_both = async |key: &'static str| {
+        let redis = &mut connection(&format!("redlimit:api:{{{key}}}:fw:3600000"));
+        for at in 0..2 {
+            let started = Instant::now();
+            loop {
+                let before = redlimit_tests::command_calls(redis);
+                let response = get(at, key).await;
+                let sent =
+                    redlimit_tests::commands_sent(&before, &redlimit_tests::command_calls(redis));
+                if response.status == 429 && sent.commands == 0 {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "never blocked locally"
+                );
             }
-            statuses
         }
     };
-    assert_eq!(statuses("k1", 3).await, [200, 200, 429]);
+    // How long until `key`'s next request at each process is 200, with `remaining[at]` left.
+    let lifted = async |key: &'static str, remaining: [&str; 2], what: &str| {
+        for (at, remaining) in remaining.into_iter().enumerate() {
+            let started = Instant::now();
+            loop {
+                let response = get(at, key).await;
+                if response.status == 200 {
+                    let state = response.header("ratelimit").unwrap_or_default();
+                    let r = format!(";r={remaining};");
+                    assert!(state.contains(&r), "{what}: {response:?}");
+                    println!(
+                        "{what}: process {at} answered 200 after {:?}",
+                        started.elapsed()
+                    );
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "{what}: never lifted"
+                );
+            }
+        }
+    };
     // The operator, as redlimit-cli does: the route's policy on the same Redis.
     let policy = redlimit::Policy::builder("api", redlimit::Algorithm::FixedWindow)
         .limit(2)
@@ -676,45 +740,36 @@ async fn an_override_changes_one_clients_limit_in_both_processes_at_once() {
         .overrides(true)
         .build()
         .expect("the route's policy");
-    let operator = server.limiter();
+
+    block_at_both("k1").await;
+    assert!(operator.reset(&policy, "k1").await.expect("reset"));
+    // Process 0 takes 1 of the fresh 2, process 1 the other.
+    lifted("k1", ["1", "0"], "after a reset").await;
+
+    block_at_both("k2").await;
     operator
         .set_override(
             &policy,
-            "k1",
+            "k2",
             redlimit::Override::default().limit(5),
             Duration::from_secs(600),
         )
         .await
         .expect("set");
-    let before = redlimit_tests::command_calls(&mut server.connection());
-    assert_eq!(
-        statuses("k1", 6).await,
-        [200, 200, 200, 429, 429, 429],
-        "raised to 5 after 2 of 2: 3 more"
-    );
-    let sent = redlimit_tests::commands_sent(
-        &before,
-        &redlimit_tests::command_calls(&mut server.connection()),
-    );
-    assert_eq!(sent.commands, 6, "one Redis command per decision");
-    let limited = http_get(demos[1].address, "/api", &[("x-api-key", "k1")]).await;
+    // 2 of the override's 5 used already.
+    lifted("k2", ["2", "1"], "after an override raised the limit").await;
+    let limited = get(1, "k2").await;
     assert!(
         limited
             .header("ratelimit-policy")
             .is_some_and(|v| v.contains("\"api\";q=5")),
         "{limited:?}"
     );
-    assert_eq!(
-        statuses("k2", 3).await,
-        [200, 200, 429],
-        "other keys keep 2"
-    );
-    assert!(operator.clear_override(&policy, "k1").await.expect("clear"));
-    assert_eq!(
-        statuses("k1", 2).await,
-        [429, 429],
-        "back on the route's limit, already used"
-    );
+    block_at_both("k2").await;
+    assert!(operator.clear_override(&policy, "k2").await.expect("clear"));
+    assert!(operator.reset(&policy, "k2").await.expect("reset"));
+    lifted("k2", ["1", "0"], "after clear-override and a reset").await;
+    assert_eq!(get(0, "k3").await.status, 200, "other keys keep theirs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -375,6 +375,61 @@ async fn override_gives_one_client_other_numbers_until_cleared() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_lifts_a_client_blocked_at_both_instances_within_milliseconds_of_the_cli() {
+    let server = RedisServer::start();
+    let (file, config) = on_server(&server, 2);
+    let instances = [
+        serve(axum_demo::app(&config).expect("the demo's app")).await,
+        serve(axum_demo::app(&config).expect("the demo's app")).await,
+    ];
+    let mut redis = server.connection();
+    // k1 over its limit at both, each then denying it from its block cache: no Redis command.
+    for at in instances {
+        let started = std::time::Instant::now();
+        loop {
+            let before = redlimit_tests::command_calls(&mut redis);
+            let response = http_get(at, "/api", &[("x-api-key", "k1")]).await;
+            let after = redlimit_tests::command_calls(&mut redis);
+            if response.status == 429
+                && redlimit_tests::commands_sent(&before, &after).commands == 0
+            {
+                break;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        }
+    }
+    let reset = ok(&[
+        "reset",
+        "--config",
+        file.path(),
+        "--route",
+        "/api",
+        "--client",
+        "k1",
+    ]);
+    assert!(reset.contains("deleted"), "{reset}");
+    let exited = std::time::Instant::now();
+    for (at, remaining) in instances.into_iter().zip(["1", "0"]) {
+        loop {
+            let response = http_get(at, "/api", &[("x-api-key", "k1")]).await;
+            if response.status == 200 {
+                let state = response.header("ratelimit").unwrap_or_default();
+                assert!(state.contains(&format!(";r={remaining};")), "{response:?}");
+                break;
+            }
+            assert!(
+                exited.elapsed() < std::time::Duration::from_secs(10),
+                "never lifted"
+            );
+        }
+    }
+    println!(
+        "both instances answered 200 {:?} after the CLI exited",
+        exited.elapsed()
+    );
+}
+
 /// An application that is not the demo, with keys under its own prefix: the policy named on
 /// the command line, no file. inspect sees what the application's checks used, top lists the
 /// client, reset deletes its state.

@@ -21,6 +21,7 @@ mod multi_policy;
 mod observability;
 mod once;
 mod oom;
+mod operator_events;
 mod overrides;
 mod parity;
 mod pitfalls;

@@ -6,6 +6,7 @@ pub(crate) mod redis;
 
 use std::{future::Future, pin::Pin, time::Duration};
 
+pub(crate) use self::redis::{DEAF_BLOCK_US, Heard};
 use self::{
     answer::{Answer, Inspected},
     memory::leases::Acquired,
@@ -166,7 +167,12 @@ impl Backend {
             }
             Self::Redis(redis) => {
                 let value = protocol::override_value(&overridden, &keys.key(&overridden, client));
-                redis.set(Call::keys(vec![key]), &value, ttl_ms).await
+                redis
+                    .set(Call::keys(vec![key.clone()]), &value, ttl_ms)
+                    .await?;
+                redis
+                    .publish(&keys.events_channel(), "override", &key)
+                    .await
             }
         }
     }
@@ -183,12 +189,18 @@ impl Backend {
             Self::Memory(memory) => {
                 Ok(memory.overrides().clear(&key, Timestamp::now().as_micros()))
             }
-            Self::Redis(redis) => redis.delete(Call::keys(vec![key])).await,
+            Self::Redis(redis) => {
+                let cleared = redis.delete(Call::keys(vec![key.clone()])).await?;
+                redis
+                    .publish(&keys.events_channel(), "clear-override", &key)
+                    .await?;
+                Ok(cleared)
+            }
         }
     }
 }
 
-/// `decisions`, refundable if they answer an admitted reservation taken at `taken_at_us`.
+/// `decisions`, reserved if they answer an admitted reservation taken at `taken_at_us`.
 pub(super) fn stamp(
     decisions: Decisions,
     options: &Options<'_>,
@@ -356,7 +368,11 @@ impl Backend {
                         names.push(in_force);
                     }
                 }
-                redis.delete(Call::keys(names)).await
+                let deleted = redis.delete(Call::keys(names.clone())).await?;
+                redis
+                    .publish(&keys.events_channel(), "reset", &names[0])
+                    .await?;
+                Ok(deleted)
             }
         }
     }

@@ -8,6 +8,7 @@ use std::{
 
 use crate::{
     Decision, Decisions, Reason, RetryAfter,
+    backend::{DEAF_BLOCK_US, Heard},
     client_id::{ClientId, ClientIds},
     key_table::{Expiring, KeyTable},
 };
@@ -29,6 +30,13 @@ const SHARDS: usize = 16;
 /// A locally blocked check reports the decisions of the denial that set the block (their quota
 /// figures as they were then), with reason [`Reason::LocalBlock`] and the wait that is left.
 ///
+/// Operators' actions reach it: [`Limiter::reset`](crate::Limiter::reset), `set_override` and
+/// `clear_override` publish an event that every instance's Redis backend hears on one connection
+/// of its own, and a block recorded before the latest event is not used (every block: resets
+/// are rare, and each blocked client's next check then goes to Redis once). While the listener
+/// is not connected (Redis restarting, a failover), a block is used for at most 1 s after it
+/// was recorded, so a reset is never hidden for longer.
+///
 /// Bounded: at most `max_keys` blocks, each of a fixed size whatever the client's key (clients
 /// are kept as 128-bit keyed hashes, never as their text); when full, expired blocks go first,
 /// then the sixteenth ending soonest. Dropping a block only sends that client's next check to
@@ -46,6 +54,19 @@ struct Block {
     until_us: u64,
     min_cost: u64,
     decisions: Vec<Decision>,
+    /// When it was recorded, and under how many operator events heard.
+    since_us: u64,
+    generation: u64,
+}
+
+impl Block {
+    /// Whether it still denies `cost` at `now_us`, given what was `heard`.
+    fn denies(&self, cost: u64, now_us: u64, heard: Heard) -> bool {
+        self.until_us > now_us
+            && cost >= self.min_cost
+            && self.generation == heard.generation
+            && (heard.listening || now_us < self.since_us.saturating_add(DEAF_BLOCK_US))
+    }
 }
 
 impl Expiring for Block {
@@ -99,12 +120,19 @@ impl BlockCache {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The decisions to deny with, if the client at `slot` is blocked for `cost` at `now_us`.
-    pub(crate) fn blocked(&self, slot: &Slot, cost: u64, now_us: u64) -> Option<Decisions> {
+    /// The decisions to deny with, if the client at `slot` is blocked for `cost` at `now_us`,
+    /// given the operator events `heard`.
+    pub(crate) fn blocked(
+        &self,
+        slot: &Slot,
+        cost: u64,
+        now_us: u64,
+        heard: Heard,
+    ) -> Option<Decisions> {
         let shard = self.shard(slot);
         let block = shard
             .get(slot.id)
-            .filter(|block| block.until_us > now_us && cost >= block.min_cost)?;
+            .filter(|block| block.denies(cost, now_us, heard))?;
         let left = Duration::from_micros(block.until_us - now_us);
         let decisions = block
             .decisions
@@ -122,8 +150,15 @@ impl BlockCache {
         Some(Decisions::new(decisions))
     }
 
-    /// Records the answer to a check of `cost` sent at `sent_us`, if it was a denial with a wait.
-    pub(crate) fn record(&self, slot: &Slot, cost: u64, sent_us: u64, decisions: &Decisions) {
+    /// Records the answer to a check of `cost` sent at `sent_us` (when `heard` was what the
+    /// backend had heard), if it was a denial with a wait.
+    pub(crate) fn record(
+        &self,
+        slot: &Slot,
+        cost: u64,
+        (sent_us, heard): (u64, Heard),
+        decisions: &Decisions,
+    ) {
         // Waits are whole milliseconds rounded up: take one off to never block too long.
         let Some(RetryAfter::After(wait)) = decisions.retry_after() else {
             return;
@@ -138,6 +173,8 @@ impl BlockCache {
             until_us: sent_us.saturating_add(wait_us),
             min_cost: cost,
             decisions: decisions.to_vec(),
+            since_us: sent_us,
+            generation: heard.generation,
         };
         let mut shard = self.shard(slot);
         match shard.get_mut(slot.id) {
@@ -209,13 +246,44 @@ mod tests {
         }
     }
 
+    /// A listener that heard nothing yet.
+    const LISTENING: Heard = Heard {
+        generation: 0,
+        listening: true,
+    };
+
     fn record(cache: &BlockCache, client: &str, cost: u64, sent_us: u64, decisions: &[Decision]) {
         let decisions = Decisions::new(decisions.to_vec());
-        cache.record(&cache.slot(client), cost, sent_us, &decisions);
+        cache.record(&cache.slot(client), cost, (sent_us, LISTENING), &decisions);
     }
 
     fn blocked(cache: &BlockCache, client: &str, cost: u64, now_us: u64) -> Option<Decisions> {
-        cache.blocked(&cache.slot(client), cost, now_us)
+        cache.blocked(&cache.slot(client), cost, now_us, LISTENING)
+    }
+
+    #[test]
+    fn an_operator_event_drops_every_block_and_a_deaf_cache_keeps_one_for_a_second() {
+        let cache = BlockCache::new(100);
+        record(&cache, "c", 1, 0, &[denied(60_000)]);
+        assert!(blocked(&cache, "c", 1, 10_000).is_some());
+        let event = Heard {
+            generation: 1,
+            listening: true,
+        };
+        assert!(
+            cache.blocked(&cache.slot("c"), 1, 10_000, event).is_none(),
+            "an event was heard since"
+        );
+        let deaf = Heard {
+            listening: false,
+            ..LISTENING
+        };
+        let slot = cache.slot("c");
+        assert!(cache.blocked(&slot, 1, DEAF_BLOCK_US - 1, deaf).is_some());
+        assert!(
+            cache.blocked(&slot, 1, DEAF_BLOCK_US, deaf).is_none(),
+            "unheard events: at most 1 s"
+        );
     }
 
     #[test]

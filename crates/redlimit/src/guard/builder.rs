@@ -115,10 +115,11 @@ impl GuardBuilder {
     }
 
     /// Denies clients known to be over their limit locally, with no backend call; see
-    /// [`BlockCache`]. Defaults to `Some(BlockCache::default())` on Redis, and to `None` for
-    /// policies that take overrides (a local block would outlast an override that lifts it);
-    /// `None` sends every check to the backend. The memory backend decides in process anyway
-    /// and never uses one.
+    /// [`BlockCache`]. On Redis the backend then listens for operators' resets and overrides,
+    /// which lift local blocks at every instance (see
+    /// [`RedisBackend::is_listening`](crate::RedisBackend::is_listening)). Defaults to
+    /// `Some(BlockCache::default())` on Redis; `None` sends every check to the backend. The
+    /// memory backend decides in process anyway and never uses one.
     pub fn block_cache(mut self, cache: Option<BlockCache>) -> Self {
         self.parts.blocks = Some(cache);
         self

@@ -15,8 +15,11 @@ use super::{
 };
 use crate::{
     BlockCache, Check, CheckRequest, CircuitBreaker, ConcurrencyPolicy, Decision, Decisions, Error,
-    ErrorKind, FailurePolicy, Lease, Limiter, Policy, PolicySet, Reason, SettleFuture,
-    SettleRequest, Stats, Timestamp, backend::Started, check_request::Options, client_id,
+    ErrorKind, FailurePolicy, Lease, Limiter, PolicySet, Reason, SettleFuture, SettleRequest,
+    Stats, Timestamp,
+    backend::{Backend, Heard, Started},
+    check_request::Options,
+    client_id,
 };
 
 /// A source of explicit check times, for tests and replays; see [`GuardBuilder::clock`].
@@ -137,15 +140,13 @@ impl GuardedLimiter {
         let metrics = Arc::new(Metrics::new(&policies, remote, near_share));
         let breakers = Breakers::new(&limiter, &breaker, &metrics);
         let blocks = blocks
-            .unwrap_or_else(|| {
-                // A local block would outlast an override that lifts it: overridable policies
-                // get none by default, so an override takes effect at every instance's next
-                // request.
-                let overridable = policies.iter().any(Policy::takes_overrides);
-                (!overridable).then(BlockCache::default)
-            })
+            .unwrap_or_else(|| Some(BlockCache::default()))
             .filter(|_| remote)
             .map(Arc::new);
+        if let (Some(_), Backend::Redis(redis)) = (&blocks, limiter.backend()) {
+            // Operators' resets and overrides lift local blocks at every instance.
+            redis.listen(&limiter.keys().events_channel());
+        }
         Self {
             inner: Arc::new(Guard {
                 bans: policies.iter().any(|p| p.ban().is_some()),
@@ -282,10 +283,10 @@ impl GuardedLimiter {
     /// [`Decisions::error`] says why.
     ///
     /// A check with a request id or a reservation skips the block cache (a retry's first
-    /// answer is the backend's to give; a refund may free the quota a denial saw exhausted).
+    /// answer is the backend's to give; a settle may free the quota a denial saw exhausted).
     /// When the backend fails, a local fallback answers without ids and reserves in its own
-    /// limiter, where [`refund`](Self::refund) gives back; an open or closed answer has nothing
-    /// to refund.
+    /// limiter, where [`settle`](Self::settle) settles; an open or closed answer has nothing
+    /// to settle.
     pub fn check<'a>(&'a self, client: &'a str) -> CheckRequest<'a, Self> {
         CheckRequest::new(self, &self.inner.policies, client)
     }
@@ -337,11 +338,12 @@ impl GuardedLimiter {
             .filter(|_| cost <= guard.capacity && options.once.is_none() && !reserve);
         if let Some(blocks) = blocks {
             let sent_us = guard.local_now_us();
+            let heard = guard.heard();
             let slot = blocks.slot(client);
-            if let Some(blocked) = blocks.blocked(&slot, cost, sent_us) {
+            if let Some(blocked) = blocks.blocked(&slot, cost, sent_us, heard) {
                 return Check::ready(guard.finish(blocked, &span));
             }
-            block = Some((slot, sent_us));
+            block = Some((slot, (sent_us, heard)));
         }
         // An open circuit answers before a check is even begun.
         if guard.remote && !guard.breaker(client).permit() {
@@ -389,7 +391,7 @@ impl GuardedLimiter {
         answer: Result<Decisions, Error>,
         client: &str,
         options: &Options<'_>,
-        block: Option<(Slot, u64)>,
+        block: Option<(Slot, (u64, Heard))>,
         span: Span,
     ) -> Decisions {
         let guard = &*self.inner;
@@ -400,8 +402,8 @@ impl GuardedLimiter {
                 // Where policies ban, only a ban is kept locally: every other denial must reach
                 // the backend, which counts it towards a ban.
                 let keep = !guard.bans || decisions.iter().any(|d| d.banned);
-                if let (Some(blocks), Some((slot, sent_us)), true) = (&guard.blocks, &block, keep) {
-                    blocks.record(slot, cost, *sent_us, &decisions);
+                if let (Some(blocks), Some((slot, sent)), true) = (&guard.blocks, &block, keep) {
+                    blocks.record(slot, cost, *sent, &decisions);
                 }
                 guard.finish(decisions, &span)
             }
@@ -433,7 +435,7 @@ impl GuardedLimiter {
             }
             FailurePolicy::Local(local) => local,
         };
-        // A reservation stays one in the local limiter, so its refund is owed there; request
+        // A reservation stays one in the local limiter, so its settle is owed there; request
         // ids are the backend's to remember.
         let options = Options {
             at: options
@@ -567,6 +569,17 @@ impl Guard {
 
     /// Microseconds on the clock block times are kept in: the explicit clock if there is one,
     /// else a monotonic one.
+    /// What the backend heard of operators' events, which lift local blocks.
+    fn heard(&self) -> Heard {
+        match self.limiter.backend() {
+            Backend::Redis(redis) => redis.heard(),
+            Backend::Memory(_) => Heard {
+                generation: 0,
+                listening: true,
+            },
+        }
+    }
+
     fn local_now_us(&self) -> u64 {
         match &self.clock {
             Some(clock) => clock().as_micros(),

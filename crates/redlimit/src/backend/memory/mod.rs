@@ -236,7 +236,7 @@ impl MemoryBackend {
             Some((id, window_ms)) => {
                 let key = keys.once(set, client, id, options.reserve);
                 let (answers, replayed) = self.recent().once(&key, window_ms, now_us, answers);
-                // A retry took nothing: its answer is not refundable.
+                // A retry took nothing: its answer is not reserved.
                 (answers, (!replayed).then_some(now_us))
             }
             None if !bans => {

@@ -13,8 +13,8 @@ use std::{
 use deadpool_redis::{
     Runtime,
     redis::{
-        AsyncConnectionConfig, Cmd, ErrorKind as RedisErrorKind, FromRedisValue, RedisError,
-        ServerErrorKind, aio::ConnectionLike,
+        AsyncConnectionConfig, Cmd, ConnectionInfo, ErrorKind as RedisErrorKind, FromRedisValue,
+        IntoConnectionInfo, RedisError, ServerErrorKind, aio::ConnectionLike,
     },
 };
 
@@ -22,6 +22,7 @@ mod batch;
 #[cfg(feature = "cluster")]
 mod cluster_pool;
 mod connection;
+mod events;
 pub(crate) mod protocol;
 mod refusal;
 mod scripts;
@@ -29,13 +30,17 @@ mod scripts;
 mod tls;
 mod url;
 
-pub(crate) use self::scripts::{CHECK, source_of};
 use self::{
     batch::{Batcher, Member},
     connection::{Conn, Held, Pools},
+    events::{Events, Subscriber},
     protocol::{Call, Request},
     scripts::{Script, Scripts},
     url::check_url,
+};
+pub(crate) use self::{
+    events::{DEAF_BLOCK_US, Heard},
+    scripts::{CHECK, source_of},
 };
 use super::{Started, decision, stamp};
 use crate::{
@@ -85,6 +90,9 @@ struct Inner {
     /// out (and then recycle, with a `PING` each) a connection apiece.
     connecting: tokio::sync::Mutex<()>,
     batcher: Batcher,
+    /// Operator events heard, and where to listen for them.
+    events: Events,
+    subscriber: Subscriber,
 }
 
 /// The connection in use, and a generation so a late failure cannot discard its replacement.
@@ -239,7 +247,7 @@ impl RedisBackend {
             once: None,
             ..*options
         };
-        // Only a reservation keeps its client, for the refund.
+        // Only a reservation keeps its client, for the settle.
         let client = if options.reserve {
             client.to_owned()
         } else {
@@ -375,6 +383,35 @@ impl RedisBackend {
         protocol::decode_inspected(reply, algorithm)
     }
 
+    /// Publishes an operator event, `what` happened to `key`, on `channel`: every backend
+    /// listening there drops its local blocks.
+    pub(crate) async fn publish(&self, channel: &str, what: &str, key: &str) -> Result<(), Error> {
+        let mut publish = deadpool_redis::redis::cmd("PUBLISH");
+        publish.arg(channel).arg(format!("{what} {key}"));
+        let call = Call::keys(vec![key.to_owned()]);
+        let _: u64 = self.query(&call, &publish).await?;
+        Ok(())
+    }
+
+    /// Listens for operator events on `channel` (see [`Heard`]).
+    pub(crate) fn listen(&self, channel: &str) {
+        events::listen(&self.inner, channel);
+    }
+
+    /// What this backend heard of operator events so far.
+    pub(crate) fn heard(&self) -> Heard {
+        events::start(&self.inner);
+        self.inner.events.heard()
+    }
+
+    /// Whether this backend listens for operator events now (see
+    /// [`GuardBuilder::block_cache`](crate::GuardBuilder::block_cache)): `false` before a
+    /// guard with a block cache first checked, while Redis is unreachable, and always for a
+    /// backend built [`from_pool`](Self::from_pool), which has no address to listen at.
+    pub fn is_listening(&self) -> bool {
+        self.inner.events.is_listening()
+    }
+
     /// Sets `call`'s one key to `value` for `ttl_ms`.
     pub(crate) async fn set(&self, call: Call, value: &str, ttl_ms: u64) -> Result<(), Error> {
         let mut set = deadpool_redis::redis::cmd("SET");
@@ -382,7 +419,7 @@ impl RedisBackend {
         self.query(&call, &set).await
     }
 
-    /// Runs a script that is not a check (a lease's acquire or renew, a refund) within the
+    /// Runs a script that is not a check (a lease's acquire or renew, a settle) within the
     /// budget.
     pub(crate) async fn script(
         &self,
@@ -686,6 +723,8 @@ impl RedisBackendBuilder {
         #[cfg(feature = "tls")]
         tls::install_crypto_provider();
         let pools = self.pools()?;
+        // After the pools, whose errors name each setting first.
+        let subscriber = self.subscriber()?;
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 pools,
@@ -696,7 +735,36 @@ impl RedisBackendBuilder {
                 shared: Mutex::default(),
                 connecting: tokio::sync::Mutex::default(),
                 batcher: Batcher::default(),
+                events: Events::default(),
+                subscriber,
             }),
+        })
+    }
+
+    /// Where the backend listens for operator events: the settings its connections use.
+    fn subscriber(&self) -> Result<Subscriber, ConfigError> {
+        let node = |url: &str| -> Result<ConnectionInfo, ConfigError> {
+            #[cfg(feature = "tls")]
+            if let Some(info) = self.tls.connection_info(url)? {
+                return Ok(info);
+            }
+            url.into_connection_info().map_err(|e| ConfigError::Redis {
+                field: "redis url",
+                message: e.to_string(),
+            })
+        };
+        Ok(match &self.topology {
+            Topology::Pool(_) => Subscriber::None,
+            Topology::Standalone(url) => Subscriber::Nodes(vec![node(url)?]),
+            #[cfg(feature = "cluster")]
+            Topology::Cluster(urls) => {
+                Subscriber::Nodes(urls.iter().map(|url| node(url)).collect::<Result<_, _>>()?)
+            }
+            #[cfg(feature = "sentinel")]
+            Topology::Sentinel { urls, master } => Subscriber::Sentinel {
+                urls: urls.clone(),
+                master: master.clone(),
+            },
         })
     }
 

@@ -17,8 +17,8 @@ use crate::{
     policy::MAX_EXACT,
 };
 
-/// A request's flags: counted once per request id, kept refundable, a refund carrying the
-/// time its reservation was taken at.
+/// A request's flags: counted once per request id, reserved for a settle, a settle giving back
+/// (carrying the time its reservation was taken at; without it a settle charges).
 const ONCE: u64 = 1;
 const RESERVE: u64 = 2;
 const TAKEN_AT: u64 = 4;
@@ -32,8 +32,7 @@ const CORRUPT: &str = "REDLIMIT_CORRUPT";
 /// Redis's error code for a command on a key of another type.
 const WRONGTYPE: &str = "WRONGTYPE";
 
-/// One request of a call: a check of `policies` for `client` (or, with `taken_at_us`, the
-/// refund of a reservation).
+/// One request of a call: a check of `policies` for `client` (or a settle of a reservation).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
     pub(crate) policies: &'a [Policy],
