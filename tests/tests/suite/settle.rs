@@ -405,6 +405,26 @@ async fn a_fallback_reservation_is_refunded_to_the_fallback() {
     );
 }
 
+/// Reserves 100 of `p` for "c" at T0 and settles it at 250 at T0 + 1: the reservation.
+async fn reserve_100_settle_250(limiter: &Limiter, p: &[Policy], name: &str) -> Decisions {
+    let reserved = limiter
+        .check(&set_of(p), "c")
+        .cost(100)
+        .reserve()
+        .at(at_ms(T0))
+        .await
+        .expect("reserve");
+    assert!(
+        limiter
+            .settle(&reserved, 250)
+            .at(at_ms(T0 + 1))
+            .await
+            .expect("settle"),
+        "{name}"
+    );
+    reserved
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settle_above_the_reservation_charges_the_difference() {
     let server = RedisServer::start();
@@ -412,22 +432,8 @@ async fn a_settle_above_the_reservation_charges_the_difference() {
         for algorithm in Algorithm::ALL {
             let name = format!("{backend} {}", algorithm.name());
             let p = [policy(algorithm, 1_000, 60_000, None)];
-            let reserved = limiter
-                .check(&set_of(&p), "c")
-                .cost(100)
-                .reserve()
-                .at(at_ms(T0))
-                .await
-                .expect("reserve");
+            let reserved = reserve_100_settle_250(&limiter, &p, &name).await;
             assert_eq!(reserved[0].remaining, 900, "{name}");
-            assert!(
-                limiter
-                    .settle(&reserved, 250)
-                    .at(at_ms(T0 + 1))
-                    .await
-                    .expect("settle"),
-                "{name}"
-            );
             let peek = limiter
                 .check(&alone(&p[0]), "c")
                 .cost(0)
@@ -446,22 +452,8 @@ async fn a_charge_past_the_limit_makes_the_next_checks_wait_for_the_debt() {
         for algorithm in Algorithm::ALL {
             let name = format!("{backend} {}", algorithm.name());
             let p = [policy(algorithm, 100, 60_000, None)];
-            let reserved = limiter
-                .check(&set_of(&p), "c")
-                .cost(100)
-                .reserve()
-                .at(at_ms(T0))
-                .await
-                .expect("reserve");
+            let reserved = reserve_100_settle_250(&limiter, &p, &name).await;
             assert!(reserved.allowed(), "{name}");
-            assert!(
-                limiter
-                    .settle(&reserved, 250)
-                    .at(at_ms(T0 + 1))
-                    .await
-                    .expect("settle"),
-                "{name}"
-            );
             let next = limiter
                 .check(&alone(&p[0]), "c")
                 .at(at_ms(T0 + 2))
