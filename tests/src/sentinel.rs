@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use deadpool_redis::redis;
 
-use crate::{RedisServer, free_port, server::settle};
+use crate::{Pki, RedisServer, free_port, server::settle};
 
 /// How long the set-up may take to settle, or to fail over.
 const SETTLE_WITHIN: Duration = Duration::from_secs(30);
@@ -28,8 +28,44 @@ impl RedisSentinel {
         let port = primary.port().to_string();
         let replica =
             RedisServer::start_on_port_with(free_port(), &["--replicaof", "127.0.0.1", &port]);
+        Self::watched(primary, replica, &port, "")
+    }
+
+    /// As [`start`](Self::start), the primary and replica serving TLS with `pki`'s certificates
+    /// (asking clients for one of its authority's) and replicating over it, the sentinels
+    /// watching the primary's TLS port over TLS: a client reaches the primary they name only
+    /// with the authority's certificates. The sentinels themselves answer in plain text.
+    pub fn start_tls(pki: &Pki) -> Self {
+        let tls = |tls_port: &str| {
+            let mut settings = pki.tls_settings(tls_port, true);
+            settings.extend(["--tls-replication", "yes"].map(str::to_owned));
+            settings
+        };
+        let primary_tls = free_port().to_string();
+        let settings = tls(&primary_tls);
+        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+        let primary = RedisServer::start_with(&settings);
+        let replica_tls = free_port().to_string();
+        let mut settings = tls(&replica_tls);
+        settings.extend(["--replicaof", "127.0.0.1", &primary_tls].map(str::to_owned));
+        // Announced over TLS, so that the sentinels reach the replica where it serves TLS.
+        settings.extend(["--replica-announce-port", &replica_tls].map(str::to_owned));
+        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+        let replica = RedisServer::start_on_port_with(free_port(), &settings);
+        let tls_config = format!(
+            "tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-replication yes\n",
+            pki.file("client.crt"),
+            pki.file("client.key"),
+            pki.file("ca.crt")
+        );
+        Self::watched(primary, replica, &primary_tls, &tls_config)
+    }
+
+    /// 3 sentinels watching `primary` at `port` (with `config` besides the watch), once they
+    /// know `replica` and each other.
+    fn watched(primary: RedisServer, replica: RedisServer, port: &str, config: &str) -> Self {
         let config = format!(
-            "sentinel monitor {master} 127.0.0.1 {port} 2\n\
+            "{config}sentinel monitor {master} 127.0.0.1 {port} 2\n\
              sentinel down-after-milliseconds {master} 1000\n\
              sentinel failover-timeout {master} 5000\n\
              sentinel parallel-syncs {master} 1\n",

@@ -20,7 +20,8 @@ pub struct Config {
     /// Sentinels and the name of the primary they watch.
     pub redis_sentinel: Option<Sentinel>,
     /// A PEM file of the CA that signed a `rediss://` server's certificate (a private CA);
-    /// without it, the system's roots. For `redis_url` and `redis_cluster`.
+    /// without it, the system's roots. For `redis_url`, `redis_cluster` and the primary of
+    /// `redis_sentinel`.
     pub tls_ca_file: Option<std::path::PathBuf>,
     /// A PEM client certificate, for mutual TLS; with `tls_client_key_file`.
     pub tls_client_cert_file: Option<std::path::PathBuf>,
@@ -556,14 +557,6 @@ impl Config {
                 "{field}: {url} turns certificate checks off (#insecure), which lets anyone on \
                  the path read and change limits; give the server's CA in tls_ca_file instead"
             )));
-        }
-        let tls_files = self.tls_ca_file.is_some() || self.tls_client_cert_file.is_some();
-        if tls_files && self.redis_sentinel.is_some() {
-            return Err(ConfigFileError(
-                "tls_ca_file, tls_client_cert_file: with redis_url or redis_cluster only, not \
-                 through Sentinel yet"
-                    .to_owned(),
-            ));
         }
         if self.tls_client_cert_file.is_some() != self.tls_client_key_file.is_some() {
             return Err(ConfigFileError(

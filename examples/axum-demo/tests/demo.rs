@@ -268,13 +268,6 @@ fn a_bad_file_exits_non_zero_naming_the_field() {
             "tls_ca_file: /nonexistent/ca.pem",
         ),
         (
-            "redis_sentinel = { urls = [\"redis://127.0.0.1:26379\"], master = \"m\" }\n\
-             tls_ca_file = \"ca.pem\"\n"
-                .to_owned()
-                + &route("gcra", 1),
-            "not through Sentinel",
-        ),
-        (
             "hash_clients_secret_env = \"REDLIMIT_TEST_UNSET_SECRET\"\n".to_owned()
                 + &route("gcra", 1),
             "hash_clients_secret_env: the environment variable REDLIMIT_TEST_UNSET_SECRET",
@@ -931,6 +924,35 @@ async fn a_tls_cluster_with_a_private_ca_from_the_file() {
         "redis_cluster = [{}]\ntls_ca_file = \"{}\"\nbudget = \"2s\"\n",
         urls.join(", "),
         pki.file("ca.crt")
+    );
+    let demo = Demo::start(&format!("{store}{}", route("gcra", 3))).await;
+    let response = http_get(demo.address, "/limited", &[]).await;
+    assert!(
+        response.body.contains("decided by redis"),
+        "{response:?}: {}",
+        demo.output()
+    );
+}
+
+/// A primary serving mutual TLS, named by sentinels, the CA and the client certificate given
+/// in the file: decided by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_primary_over_mutual_tls_from_the_file() {
+    let pki = Pki::new("demo-sentinel");
+    let sentinel = RedisSentinel::start_tls(&pki);
+    let urls: Vec<String> = sentinel
+        .urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
+    let store = format!(
+        "redis_sentinel = {{ urls = [{}], master = \"{}\" }}\ntls_ca_file = \"{}\"\n\
+         tls_client_cert_file = \"{}\"\ntls_client_key_file = \"{}\"\nbudget = \"2s\"\n",
+        urls.join(", "),
+        RedisSentinel::MASTER,
+        pki.file("ca.crt"),
+        pki.file("client.crt"),
+        pki.file("client.key")
     );
     let demo = Demo::start(&format!("{store}{}", route("gcra", 3))).await;
     let response = http_get(demo.address, "/limited", &[]).await;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use deadpool_redis::redis;
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
-use redlimit_tests::{Pki, RedisCluster};
+use redlimit_tests::{Pki, RedisCluster, RedisSentinel};
 
 use crate::support::{alone, policy};
 
@@ -100,4 +100,40 @@ async fn a_cluster_over_tls_with_a_private_ca_decides() {
             "{client}"
         );
     }
+}
+
+/// A primary that serves TLS only to clients with a certificate of its authority, named by
+/// sentinels: decided given the CA and a client certificate, refused without the certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_named_by_sentinels_over_mutual_tls_decides() {
+    let pki = Pki::new("sentinel");
+    let sentinel = RedisSentinel::start_tls(&pki);
+    let read = |name: &str| std::fs::read(pki.file(name)).expect("a PEM file");
+    let backend = RedisBackend::sentinel(sentinel.urls(), RedisSentinel::MASTER)
+        .tls_root_ca(pki.ca_pem.as_bytes())
+        .tls_client_certificate(read("client.crt"), read("client.key"))
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let p = policy(Algorithm::Gcra, 2, 60_000, None);
+    let limiter = Limiter::new(backend);
+    let decided = limiter.check(&alone(&p), "through-sentinel").await;
+    assert_eq!(decided.expect("decided over mutual TLS")[0].remaining, 1);
+    let key = limiter.keys().key(&p, "through-sentinel");
+    let mut primary = sentinel.primary().connection();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&key)
+        .query(&mut primary)
+        .expect("EXISTS");
+    assert!(exists, "the state is on the primary");
+
+    let without = RedisBackend::sentinel(sentinel.urls(), RedisSentinel::MASTER)
+        .tls_root_ca(pki.ca_pem.as_bytes())
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid");
+    let refused = Limiter::new(without)
+        .check(&alone(&p), "through-sentinel")
+        .await;
+    assert!(refused.is_err(), "no client certificate: {refused:?}");
 }

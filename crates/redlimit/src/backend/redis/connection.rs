@@ -15,7 +15,7 @@ pub(crate) enum Pools {
     #[cfg(feature = "cluster")]
     Cluster(super::cluster_pool::ClusterPool),
     #[cfg(feature = "sentinel")]
-    Sentinel(deadpool_redis::sentinel::Pool),
+    Sentinel(super::sentinel_pool::SentinelPool),
 }
 
 /// A connection checked out of its pool and kept for sharing.
@@ -24,7 +24,7 @@ pub(crate) enum Held {
     #[cfg(feature = "cluster")]
     Cluster(super::cluster_pool::ClusterObject),
     #[cfg(feature = "sentinel")]
-    Sentinel(deadpool_redis::sentinel::Connection),
+    Sentinel(super::sentinel_pool::SentinelObject),
 }
 
 /// A clone of the held connection: multiplexed, so clones share one socket (or, for a cluster,
@@ -98,7 +98,7 @@ impl Held {
             #[cfg(feature = "cluster")]
             Self::Cluster(held) => drop(super::cluster_pool::ClusterObject::take(held)),
             #[cfg(feature = "sentinel")]
-            Self::Sentinel(held) => drop(deadpool_redis::sentinel::Connection::take(held)),
+            Self::Sentinel(held) => drop(super::sentinel_pool::SentinelObject::take(held)),
         }
     }
 }

@@ -92,10 +92,7 @@ pub(super) enum Subscriber {
     None,
     Nodes(Vec<ConnectionInfo>),
     #[cfg(feature = "sentinel")]
-    Sentinel {
-        urls: Vec<String>,
-        master: String,
-    },
+    Sentinel(super::sentinel_pool::Sentinels),
 }
 
 impl Subscriber {
@@ -108,16 +105,7 @@ impl Subscriber {
                 redis::Client::open(node.clone()).ok()
             }
             #[cfg(feature = "sentinel")]
-            Self::Sentinel { urls, master } => redis::sentinel::SentinelClient::build(
-                urls.clone(),
-                master.clone(),
-                None,
-                redis::sentinel::SentinelServerType::Master,
-            )
-            .ok()?
-            .async_get_client()
-            .await
-            .ok(),
+            Self::Sentinel(sentinels) => sentinels.client().ok()?.async_get_client().await.ok(),
         }
     }
 }

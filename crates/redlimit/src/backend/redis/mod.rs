@@ -26,6 +26,8 @@ mod events;
 pub(crate) mod protocol;
 mod refusal;
 mod scripts;
+#[cfg(feature = "sentinel")]
+mod sentinel_pool;
 #[cfg(feature = "tls")]
 mod tls;
 mod url;
@@ -677,8 +679,9 @@ impl RedisBackendBuilder {
     }
 
     /// Trusts the certificate authority in `pem` (PEM-encoded) instead of the system's roots, for
-    /// a standalone `rediss://` server or a Cluster's nodes with a private CA. Defaults to the
-    /// system's roots.
+    /// a standalone `rediss://` server, a Cluster's nodes or the primary sentinels name (reached
+    /// over TLS when any certificate is given) with a private CA. Defaults to the system's
+    /// roots.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -687,7 +690,8 @@ impl RedisBackendBuilder {
     }
 
     /// Presents this client certificate and key (both PEM-encoded) to a standalone `rediss://`
-    /// server or a Cluster's nodes that ask for one (`tls-auth-clients yes`). Defaults to none.
+    /// server, a Cluster's nodes or the primary sentinels name, when they ask for one
+    /// (`tls-auth-clients yes`). Defaults to none.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
@@ -741,6 +745,17 @@ impl RedisBackendBuilder {
         })
     }
 
+    /// The sentinels at `urls` naming `master`, with this builder's certificates for it.
+    #[cfg(feature = "sentinel")]
+    fn sentinels(&self, urls: &[String], master: &str) -> sentinel_pool::Sentinels {
+        sentinel_pool::Sentinels {
+            urls: urls.to_vec(),
+            master: master.to_owned(),
+            #[cfg(feature = "tls")]
+            certificates: self.tls.certificates(),
+        }
+    }
+
     /// Where the backend listens for operator events: the settings its connections use.
     fn subscriber(&self) -> Result<Subscriber, ConfigError> {
         let node = |url: &str| -> Result<ConnectionInfo, ConfigError> {
@@ -761,10 +776,9 @@ impl RedisBackendBuilder {
                 Subscriber::Nodes(urls.iter().map(|url| node(url)).collect::<Result<_, _>>()?)
             }
             #[cfg(feature = "sentinel")]
-            Topology::Sentinel { urls, master } => Subscriber::Sentinel {
-                urls: urls.clone(),
-                master: master.clone(),
-            },
+            Topology::Sentinel { urls, master } => {
+                Subscriber::Sentinel(self.sentinels(urls, master))
+            }
         })
     }
 
@@ -828,15 +842,6 @@ impl RedisBackendBuilder {
             }
             #[cfg(feature = "sentinel")]
             Topology::Sentinel { urls, master } => {
-                #[cfg(feature = "tls")]
-                if self.tls.is_set() {
-                    return Err(ConfigError::Redis {
-                        field: "tls",
-                        message: "certificates through Sentinel are not supported yet; a \
-                                  rediss:// primary is checked against the system's roots"
-                            .to_owned(),
-                    });
-                }
                 if urls.is_empty() {
                     return Err(ConfigError::Missing {
                         field: "sentinel urls",
@@ -845,15 +850,10 @@ impl RedisBackendBuilder {
                 for url in urls {
                     check_url("sentinel urls", url)?;
                 }
-                let manager = deadpool_redis::sentinel::Manager::new(
-                    urls.clone(),
-                    master.clone(),
-                    None,
-                    deadpool_redis::sentinel::SentinelServerType::Master,
-                )
-                .map_err(|e| invalid("sentinel urls")(&e))?;
+                let manager = sentinel_pool::SentinelManager::new(&self.sentinels(urls, master))
+                    .map_err(|e| invalid("sentinel urls")(&e))?;
                 Pools::Sentinel(pool!(
-                    deadpool_redis::sentinel::Pool::builder(manager),
+                    sentinel_pool::SentinelPool::builder(manager),
                     "sentinel urls"
                 ))
             }

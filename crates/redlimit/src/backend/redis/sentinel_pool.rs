@@ -1,0 +1,105 @@
+//! The pool of connections to the primary the sentinels name, with TLS certificates for it: the
+//! sentinels are asked at every new connection, so after a failover new connections go to the
+//! new primary.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use deadpool::managed;
+use deadpool_redis::redis::{
+    self, IntoConnectionInfo, RedisError, RedisResult,
+    aio::MultiplexedConnection,
+    sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType},
+};
+
+/// How to reach the primary named `master` through the sentinels at `urls`: the sentinels as
+/// their URLs say (`rediss://` for TLS, a password), the primary over TLS with `certificates`
+/// when there are any.
+#[derive(Debug, Clone)]
+pub(crate) struct Sentinels {
+    pub(crate) urls: Vec<String>,
+    pub(crate) master: String,
+    #[cfg(feature = "tls")]
+    pub(crate) certificates: Option<redis::TlsCertificates>,
+}
+
+impl Sentinels {
+    /// A client asking the sentinels for the primary.
+    pub(crate) fn client(&self) -> RedisResult<SentinelClient> {
+        let infos = self
+            .urls
+            .iter()
+            .map(|url| url.as_str().into_connection_info())
+            .collect::<RedisResult<Vec<_>>>()?;
+        let mut builder = SentinelClientBuilder::new(
+            infos.iter().map(|info| info.addr().clone()),
+            &self.master,
+            SentinelServerType::Master,
+        )?;
+        // The sentinels' own credentials, from the first URL that has any.
+        if let Some(settings) = infos
+            .iter()
+            .map(|info| info.redis_settings())
+            .find(|s| s.username().is_some() || s.password().is_some())
+        {
+            if let Some(username) = settings.username() {
+                builder = builder.set_client_to_sentinel_username(username);
+            }
+            if let Some(password) = settings.password() {
+                builder = builder.set_client_to_sentinel_password(password);
+            }
+        }
+        #[cfg(feature = "tls")]
+        if let Some(certificates) = &self.certificates {
+            builder = builder
+                .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                .set_client_to_redis_certificates(certificates.clone());
+        }
+        builder.build()
+    }
+}
+
+/// Makes connections to the primary the sentinels name, and checks a pooled one with a `PING`.
+pub(crate) struct SentinelManager {
+    client: tokio::sync::Mutex<SentinelClient>,
+    pings: AtomicUsize,
+}
+
+impl SentinelManager {
+    pub(crate) fn new(sentinels: &Sentinels) -> RedisResult<Self> {
+        Ok(Self {
+            client: tokio::sync::Mutex::new(sentinels.client()?),
+            pings: AtomicUsize::new(0),
+        })
+    }
+}
+
+impl managed::Manager for SentinelManager {
+    type Type = MultiplexedConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
+        self.client.lock().await.get_async_connection().await
+    }
+
+    async fn recycle(
+        &self,
+        conn: &mut MultiplexedConnection,
+        _: &managed::Metrics,
+    ) -> managed::RecycleResult<RedisError> {
+        let ping = self.pings.fetch_add(1, Ordering::Relaxed).to_string();
+        let echoed: String = redis::cmd("PING").arg(&ping).query_async(conn).await?;
+        if echoed == ping {
+            Ok(())
+        } else {
+            Err(managed::RecycleError::message(
+                "a PING answered something else",
+            ))
+        }
+    }
+}
+
+/// The pool of [`SentinelManager`]'s connections.
+pub(crate) type SentinelPool = managed::Pool<SentinelManager>;
+
+/// A connection checked out of a [`SentinelPool`].
+pub(crate) type SentinelObject = managed::Object<SentinelManager>;
