@@ -1,19 +1,28 @@
 -- Fixed window, aligned (fw: windows start at multiples of the window) or anchored (fwa: the
--- window starts at the client's first hit). A window whose count stays below PACK is one string,
--- the window start (ms) and the count in six digits (start * 10^6 + n), so a take is one INCRBY;
--- Redis counts it in 64-bit integers, exact until the year 2262. A window created under a limit
--- of PACK or more, or whose count reaches PACK (a settle charging past the limit), is a hash:
--- s = start, n = count. Either form is read under any limit, so a changed limit keeps the count.
--- The TTL is set when a window's counter is created and never extended.
+-- window starts at the client's first hit). A window whose count stays below COUNTS is one
+-- string, its head and the count in six digits (head * 10^6 + n): the head is the window's
+-- number (start / window) for fw, its start in ms for fwa. Redis counts it in 64-bit integers,
+-- exact until the year 2262. A window created under a limit of COUNTS or more, or whose count
+-- reaches COUNTS (a settle charging past the limit), is a hash: s = start (ms), n = count.
+-- Either form is read under any limit, so a changed limit keeps the count. The TTL is set when a
+-- window's counter is created and never extended.
 -- Made by fixed_window_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's.
 local function fixed_window_functions()
   local PACK = 1000000
+  -- A packed count stays below COUNTS, so a count and a cost (at most the limit, below COUNTS)
+  -- never carry into the head's digits.
+  local COUNTS = PACK / 2
+  -- fw's window numbers below this keep head * PACK + n below 2^53, where the sum INCRBY
+  -- replies is exact in a double: windows of 200 ms or more until the year 2255.
+  local EXACT_HEADS = 2 ^ 53 / PACK - 1
 
-  -- The window start, count and whether it is packed at key; nil, nil, false when absent. The form the limit chooses is read first; the
-  -- other only when Redis answers WRONGTYPE (state kept from a limit on the other side of PACK).
-  local function window_state(key, limit)
-    local packed = limit < PACK
+  -- The window start, count and whether it is packed at key; nil, nil, false when absent. The
+  -- form the limit chooses is read first, the other only when Redis answers WRONGTYPE (state
+  -- kept from a limit on the other side of COUNTS). unit: ms per head (the window for fw, 1 for
+  -- fwa).
+  local function window_state(key, limit, unit)
+    local packed = limit < COUNTS
     local reply
     if packed then
       reply = redis.pcall('GET', key)
@@ -37,7 +46,7 @@ local function fixed_window_functions()
       return nil, nil, false
     end
     -- Split as text: a double holds the whole number only below 2^53.
-    return tonumber(string.sub(v, 1, -7)) or 0, tonumber(string.sub(v, -6)), true
+    return (tonumber(string.sub(v, 1, -7)) or 0) * unit, tonumber(string.sub(v, -6)), true
   end
 
   -- The quota with n counted in the window ending at finish.
@@ -50,11 +59,11 @@ local function fixed_window_functions()
 
   -- The window a check at now counts in: its start, count so far and form.
   local function window_now(key, limit, window, now, aligned)
-    local start, n, packed = window_state(key, limit)
-    local fresh = now
+    local fresh, unit = now, 1
     if aligned then
-      fresh = div(now, window) * window
+      fresh, unit = div(now, window) * window, window
     end
+    local start, n, packed = window_state(key, limit, unit)
     -- A check stamped before the stored window (a clock that stepped back) counts in it: a fresh
     -- window there would admit the limit once more.
     if start == nil or (aligned and start < fresh) or (not aligned and now >= start + window) then
@@ -85,17 +94,17 @@ local function fixed_window_functions()
   end
 
   -- Adds cost to the window at start holding n (packed or not), whatever the limit.
-  local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed)
+  local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, unit)
     local finish = start + window
-    if n == 0 and limit < PACK and cost < PACK then
-      redis.call('SET', key, str(start) .. format('%06d', cost), 'PX', finish - now)
-    elseif n > 0 and packed and n + cost < PACK then
+    if n == 0 and limit < COUNTS and cost < COUNTS then
+      redis.call('SET', key, str(start / unit) .. format('%06d', cost), 'PX', finish - now)
+    elseif n > 0 and packed and n + cost < COUNTS then
       redis.call('INCRBY', key, cost)
     elseif n > 0 and not packed then
       redis.call('HINCRBY', key, 'n', cost)
     else
-      -- A new window of a limit of PACK or more, or a packed count that would carry into the
-      -- start's digits: a hash, in place of any string there.
+      -- A new window of a limit of COUNTS or more, or a packed count that would reach COUNTS:
+      -- a hash, in place of any string there.
       if packed then
         redis.call('DEL', key)
       end
@@ -105,20 +114,75 @@ local function fixed_window_functions()
     return window_quota(limit, n + cost, finish, now)
   end
 
+  local function fixed_window_take_aligned(key, limit, window, burst, now_us, cost, start, n, now, packed)
+    return fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, window)
+  end
+
+  local function fixed_window_take_anchored(key, limit, window, burst, now_us, cost, start, n, now, packed)
+    return fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, 1)
+  end
+
+  -- fw's check of one policy, decided and taken: INCRBY first, so an admission in a running
+  -- window is one command (a new window adds a SET ... PX, a denial a DECRBY giving it back).
+  -- Decides exactly as decide then take would; measured where check.lua calls it.
+  local function fixed_window_alone(key, limit, window, burst, now_us, cost)
+    local now = div(now_us, 1000)
+    local index = div(now, window)
+    if cost == 0 or cost > limit or limit >= COUNTS or index >= EXACT_HEADS then
+      local allowed, remaining, reset, retry, b, c, d, e = fixed_window(key, limit, window, burst, now_us, cost)
+      if allowed == 1 and cost > 0 then
+        remaining, reset = fixed_window_take_aligned(key, limit, window, burst, now_us, cost, b, c, d, e)
+      end
+      return allowed, remaining, reset, retry
+    end
+    local v = redis.pcall('INCRBY', key, cost)
+    if type(v) ~= 'number' then
+      -- A hash (a limit on the other side of COUNTS) or not an integer: the reading path
+      -- decides, or says the state is corrupt. The failed INCRBY wrote nothing.
+      local allowed, remaining, reset, retry, b, c, d, e = fixed_window(key, limit, window, burst, now_us, cost)
+      if allowed == 1 then
+        remaining, reset = fixed_window_take_aligned(key, limit, window, burst, now_us, cost, b, c, d, e)
+      end
+      return allowed, remaining, reset, retry
+    end
+    if v < cost or v >= 2 ^ 53 then
+      redis.call('DECRBY', key, cost)
+      corrupt(key, 'holds a non-integer value')
+    end
+    local head = div(v, PACK)
+    local n = v - head * PACK
+    if head < index then
+      -- No window, or an ended one: this one starts with the cost.
+      local finish = (index + 1) * window
+      redis.call('SET', key, str(index * PACK + cost), 'PX', finish - now)
+      return 1, limit - cost, finish - now, -1
+    end
+    -- This window, or a later one (a clock that stepped back counts in it).
+    local finish = (head + 1) * window
+    if n > limit then
+      redis.call('DECRBY', key, cost)
+      return 0, max(limit - n + cost, 0), finish - now, finish - now
+    end
+    return 1, limit - n, finish - now, -1
+  end
+
   -- Gives back to the window holding at_us (a newer window owes the reservation nothing), or,
   -- without at_us, charges cost to the current window past the limit.
   local function window_settle(aligned)
+    local unit_of = function(window)
+      return aligned and window or 1
+    end
     return function(key, limit, window, burst, now_us, cost, at_us)
       if not at_us then
         local now = div(now_us, 1000)
         local start, n, packed = window_now(key, limit, window, now, aligned)
         -- Capped so that the count stays exact in a double.
         cost = max(min(cost, 2 ^ 52 - n), 0)
-        fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed)
+        fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, unit_of(window))
         return 1
       end
       local at = div(at_us, 1000)
-      local start, n, packed = window_state(key, limit)
+      local start, n, packed = window_state(key, limit, unit_of(window))
       if start == nil or at < start or at >= start + window or n == 0 then
         return 0
       end
@@ -130,6 +194,6 @@ local function fixed_window_functions()
       return 1
     end
   end
-  return fixed_window, fixed_window_anchored, fixed_window_take, SETTLES and window_settle(true),
-    SETTLES and window_settle(false)
+  return fixed_window, fixed_window_anchored, fixed_window_take_aligned, fixed_window_take_anchored,
+    SETTLES and window_settle(true), SETTLES and window_settle(false), fixed_window_alone
 end

@@ -2,8 +2,8 @@
 -- protocol.lua), whose cost is what to decide for; with an override in force (its key given,
 -- OVERRIDES), the key and numbers it names are inspected instead. Reply: allowed (1/0),
 -- remaining and reset (ms) now, retry (ms), the key's PTTL (ms; -2 when absent), its state as
--- field, value pairs (a string's as 'value'), the limit in force, the key inspected, and 1 when
--- an override's numbers were in force (else 0).
+-- field, value pairs (a string's as 'value'), the limit in force, the key inspected, 1 when an
+-- override's numbers were in force (else 0), and the window in force (ms).
 local sets, a = read_sets(ARGV)
 local cost = read_request(ARGV, a)
 local p = sets[1][1]
@@ -23,4 +23,4 @@ local overridden = 0
 if key ~= KEYS[1] or limit ~= p.limit or window ~= p.window or burst ~= p.burst then
   overridden = 1
 end
-return { allowed, remaining, reset, retry, redis.call('PTTL', key), state, limit, key, overridden }
+return { allowed, remaining, reset, retry, redis.call('PTTL', key), state, limit, key, overridden, window }

@@ -22,9 +22,14 @@ if once then
   end
 end
 local now_us = clock(ARGV[1])
-local allowed, remaining, reset, retry, b, c, d, e = decide(key, limit, window, burst, now_us, cost, slack)
-if allowed == 1 and cost > 0 then
-  remaining, reset = take(key, limit, window, burst, now_us, cost, b, c, d, e)
+local allowed, remaining, reset, retry, b, c, d, e
+if alone then
+  allowed, remaining, reset, retry = alone(key, limit, window, burst, now_us, cost)
+else
+  allowed, remaining, reset, retry, b, c, d, e = decide(key, limit, window, burst, now_us, cost, slack)
+  if allowed == 1 and cost > 0 then
+    remaining, reset = take(key, limit, window, burst, now_us, cost, b, c, d, e)
+  end
 end
 local reply = { allowed, remaining, reset, retry }
 if reserve then

@@ -19,9 +19,9 @@ local function read_sets(argv)
     local set = {}
     for i = 1, tonumber(argv[a]) do
       local name, flags = argv[a + 1], tonumber(argv[a + 5])
-      local decide, take, settle = algorithm(name)
+      local decide, take, settle, alone = algorithm(name)
       local p = {
-        decide = decide, take = take, settle = settle, limit = tonumber(argv[a + 2]),
+        decide = decide, take = take, settle = settle, alone = alone, limit = tonumber(argv[a + 2]),
         window = tonumber(argv[a + 3]), burst = tonumber(argv[a + 4]),
         overrides = flags % (2 * OVERRIDES) >= OVERRIDES,
       }

@@ -1,16 +1,23 @@
--- Token bucket (tb): hash u = the tokens taken, multiplied by the window (ms), l = last refill
--- (ms). limit tokens per window refill it, burst tokens fill it. What was taken, not what is
--- left, is kept, so the state means the same under any limit or burst: a raised burst has room
--- for the difference at once, a lowered one waits for what was taken beyond it.
+-- Token bucket (tb): a string 'used:last', the tokens taken multiplied by the window (ms), and
+-- the last refill (ms). limit tokens per window refill it, burst tokens fill it. What was taken,
+-- not what is left, is kept, so the state means the same under any limit or burst: a raised
+-- burst has room for the difference at once, a lowered one waits for what was taken beyond it.
+-- One string (GET, then SET ... PX) rather than a hash (HMGET, HSET, PEXPIRE): a command less
+-- per admission.
 -- Made by token_bucket_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's.
 local function token_bucket_functions()
   -- The tokens taken (x window) at now, and the time refills count from.
   local function bucket_now(key, rate, now)
-    local used, last = ints(key, redis.call('HMGET', key, 'u', 'l'))
-    if used == nil then
+    local v = redis.call('GET', key)
+    if not v then
       return 0, now
     end
+    local used, last = match(v, '^(%d+):(%d+)$')
+    if not used or #used > 16 or #last > 16 then
+      corrupt(key, 'is not a token bucket')
+    end
+    used, last = tonumber(used), tonumber(last)
     if max(now - last, 0) >= ceil_div(used, rate) then
       used = 0
     else
@@ -39,8 +46,12 @@ local function token_bucket_functions()
 
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
-    redis.call('HSET', key, 'u', used, 'l', last)
-    redis.call('PEXPIRE', key, reset)
+    if reset > 0 then
+      redis.call('SET', key, str(used) .. ':' .. str(last), 'PX', reset)
+    else
+      -- Nothing taken: a full bucket, as an absent key is.
+      redis.call('DEL', key)
+    end
     return div(max(burst * window - used, 0), window), reset
   end
 

@@ -34,6 +34,10 @@ const INSPECTION: &[&str] = &[
     "flushall",
 ];
 
+/// The operator-event listener's upkeep: its subscription, and a `PING` per second it hears
+/// nothing. Sent by no request.
+const UPKEEP: &[&str] = &["subscribe", "ping"];
+
 /// One command's figures so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CommandStat {
@@ -78,13 +82,15 @@ pub fn command_calls(connection: &mut redis::Connection) -> HashMap<String, Comm
 }
 
 /// What clients sent between two [`command_calls`] snapshots: every command but those that ran
-/// inside scripts and the inspection commands.
+/// inside scripts, the inspection commands and the listener's upkeep.
 pub fn commands_sent(
     before: &HashMap<String, CommandStat>,
     after: &HashMap<String, CommandStat>,
 ) -> Sent {
     let sent = after.iter().filter(|(name, _)| {
-        !INSIDE_SCRIPTS.contains(&name.as_str()) && !INSPECTION.contains(&name.as_str())
+        ![INSIDE_SCRIPTS, INSPECTION, UPKEEP]
+            .iter()
+            .any(|names| names.contains(&name.as_str()))
     });
     let mut total = Sent::default();
     for (name, stat) in sent {

@@ -96,7 +96,9 @@ impl Limiter {
     /// Deletes what `policy` holds for `client`, giving it a full quota; whether there was
     /// anything. Other policies and clients are untouched. For a client with an override in
     /// force, its state under the override too; the override stays until
-    /// [`clear_override`](Self::clear_override).
+    /// [`clear_override`](Self::clear_override). On Redis it then publishes an operator event,
+    /// which lifts the client's local blocks at every instance (see
+    /// [`BlockCache`](crate::BlockCache)); an error after the deletion says so.
     ///
     /// # Errors
     /// As [`check`](Self::check).

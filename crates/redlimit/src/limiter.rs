@@ -190,7 +190,9 @@ impl Limiter {
     /// on this backend at once: stored in Redis (in the client's slot) and read by each check
     /// in the same script call, or in this process for the memory backend. What the client used
     /// counts under the override's numbers, and under the policy's again when the override ends
-    /// or is [cleared](Self::clear_override) (see [`Override`]).
+    /// or is [cleared](Self::clear_override) (see [`Override`]). On Redis it then publishes an
+    /// operator event, which lifts the client's local blocks at every instance (see
+    /// [`BlockCache`](crate::BlockCache)); an error after the override was stored says so.
     ///
     /// ```
     /// use std::time::Duration;
@@ -241,7 +243,8 @@ impl Limiter {
     }
 
     /// Ends `client`'s override of `policy`: it is checked by the policy's own numbers again.
-    /// Whether an override was in force.
+    /// Whether an override was in force. On Redis, like
+    /// [`set_override`](Self::set_override), it then publishes an operator event.
     ///
     /// # Errors
     /// As [`set_override`](Self::set_override).

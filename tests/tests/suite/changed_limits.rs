@@ -72,7 +72,7 @@ async fn a_changed_burst_keeps_the_state() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_window_keeps_its_count_across_both_forms_of_its_state() {
-    // Below 1,000,000 a fixed window is one string, from there on a hash: a limit changed
+    // Below 500,000 a fixed window is one string, from there on a hash: a limit changed
     // across it reads the other form.
     let server = RedisServer::start();
     let limiter = server.limiter();

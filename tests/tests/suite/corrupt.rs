@@ -7,7 +7,7 @@ use redlimit_tests::RedisServer;
 use crate::support::{T0, alone, at_ms, policy};
 
 /// A fixed window's limit from which its state is a hash (below it, one string).
-const HASHED_WINDOW: u64 = 1_000_000;
+const HASHED_WINDOW: u64 = 500_000;
 
 /// A policy of each algorithm, and each fixed window again with the hash state of a large limit.
 fn policies() -> Vec<Policy> {
@@ -83,20 +83,14 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
                 .arg(0)
                 .clone(),
         ],
+        // 'used:last'.
         Algorithm::TokenBucket => vec![
-            redis::cmd("HSET")
+            redis::cmd("SET").arg(key).arg(format!("1e3:{T0}")).clone(),
+            redis::cmd("SET").arg(key).arg("5:12.5").clone(),
+            redis::cmd("SET").arg(key).arg("5").clone(),
+            redis::cmd("SET")
                 .arg(key)
-                .arg("u")
-                .arg("1e3")
-                .arg("l")
-                .arg(T0)
-                .clone(),
-            redis::cmd("HSET")
-                .arg(key)
-                .arg("u")
-                .arg(5)
-                .arg("l")
-                .arg("12.5")
+                .arg(format!("99999999999999999999:{T0}"))
                 .clone(),
         ],
         // 'tat:interval' (us).
@@ -116,7 +110,9 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
     // The wrong type for each: a list is none of the types redlimit writes.
     cmds.push(redis::cmd("RPUSH").arg(key).arg(1).clone());
     cmds.push(match algorithm {
-        Algorithm::Gcra => redis::cmd("HSET").arg(key).arg("tat").arg(1).clone(),
+        Algorithm::Gcra | Algorithm::TokenBucket => {
+            redis::cmd("HSET").arg(key).arg("tat").arg(1).clone()
+        }
         // A fixed window reads the other form too (a limit changed across 10^6): spoiled there.
         _ if window && !hashed => redis::cmd("HSET")
             .arg(key)

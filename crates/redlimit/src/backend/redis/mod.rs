@@ -391,8 +391,17 @@ impl RedisBackend {
         let mut publish = deadpool_redis::redis::cmd("PUBLISH");
         publish.arg(channel).arg(format!("{what} {key}"));
         let call = Call::keys(vec![key.to_owned()]);
-        let _: u64 = self.query(&call, &publish).await?;
-        Ok(())
+        match self.query::<u64>(&call, &publish).await {
+            Ok(_) => Ok(()),
+            // Done in Redis, yet unheard: say so, for local blocks last until they end.
+            Err(error) => Err(Error::new(
+                error.kind(),
+                format!(
+                    "{what} done, but its event was not published (instances keep their local \
+                     blocks until they end): {error}"
+                ),
+            )),
+        }
     }
 
     /// Listens for operator events on `channel` (see [`Heard`]).

@@ -443,16 +443,21 @@ pub(crate) fn decode_settled(reply: &[i64]) -> Vec<u64> {
         .collect()
 }
 
-/// A fixed window's string state is its window start times this, plus its count
-/// (`lua/fixed_window.lua`).
+/// A fixed window's string state is its head (fw: the window's number; fwa: its start in ms)
+/// times this, plus its count (`lua/fixed_window.lua`).
 const PACK: u64 = 1_000_000;
 
 /// Reads the inspect script's reply for the key `key` of `algorithm`.
 pub(crate) fn decode_inspected(
-    reply: (i64, i64, i64, i64, i64, Vec<String>, i64, String, i64),
+    reply: (i64, i64, i64, i64, i64, Vec<String>, i64, String, i64, u64),
     algorithm: Algorithm,
 ) -> Result<Inspected, Error> {
-    let (allowed, remaining, reset, retry, pttl, state, limit, read, overridden) = reply;
+    let (allowed, remaining, reset, retry, pttl, state, limit, read, overridden, window) = reply;
+    let unit = if algorithm == Algorithm::FixedWindow {
+        window
+    } else {
+        1
+    };
     let answer = answer(&[allowed, remaining, reset, retry])?;
     let mut fields = state.into_iter();
     let mut pairs = Vec::new();
@@ -464,13 +469,19 @@ pub(crate) fn decode_inspected(
                     Algorithm::FixedWindow | Algorithm::FixedWindowAnchored
                 ) =>
             {
-                pairs.push(("s".to_owned(), (packed / PACK).to_string()));
+                pairs.push(("s".to_owned(), (packed / PACK * unit).to_string()));
                 pairs.push(("n".to_owned(), (packed % PACK).to_string()));
             }
-            ("value", _) if algorithm == Algorithm::Gcra => {
-                let (tat, interval) = value.split_once(':').unwrap_or((&value, ""));
-                pairs.push(("tat".to_owned(), tat.to_owned()));
-                pairs.push(("interval".to_owned(), interval.to_owned()));
+            // Two numbers in one string, named as the memory backend names them.
+            ("value", _) if matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) => {
+                let names = if algorithm == Algorithm::Gcra {
+                    ["tat", "interval"]
+                } else {
+                    ["u", "l"]
+                };
+                let (first, second) = value.split_once(':').unwrap_or((&value, ""));
+                pairs.push((names[0].to_owned(), first.to_owned()));
+                pairs.push((names[1].to_owned(), second.to_owned()));
             }
             _ => pairs.push((field, value)),
         }

@@ -25,25 +25,28 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
         Algorithm::FixedWindow => one!(
             "fixed_window.lua",
-            "local decide, _, take = fixed_window_functions()"
+            "local decide, _, take, _, _, _, alone = fixed_window_functions()"
         ),
         Algorithm::FixedWindowAnchored => one!(
             "fixed_window.lua",
-            "local _, decide, take = fixed_window_functions()"
+            "local _, decide, _, take = fixed_window_functions()\nlocal alone = nil"
         ),
         Algorithm::SlidingWindowLog => one!(
             "sliding_window_log.lua",
-            "local decide, take = sliding_window_log_functions()"
+            "local decide, take = sliding_window_log_functions()\nlocal alone = nil"
         ),
         Algorithm::SlidingWindowCounter => one!(
             "sliding_window_counter.lua",
-            "local decide, take = sliding_window_counter_functions()"
+            "local decide, take = sliding_window_counter_functions()\nlocal alone = nil"
         ),
         Algorithm::TokenBucket => one!(
             "token_bucket.lua",
-            "local decide, take = token_bucket_functions()"
+            "local decide, take = token_bucket_functions()\nlocal alone = nil"
         ),
-        Algorithm::Gcra => one!("gcra.lua", "local decide, take = gcra_functions()"),
+        Algorithm::Gcra => one!(
+            "gcra.lua",
+            "local decide, take = gcra_functions()\nlocal alone = nil"
+        ),
     }
 }
 
