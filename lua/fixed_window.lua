@@ -125,9 +125,16 @@ local function fixed_window_functions()
   -- fw's check of one policy, decided and taken: INCRBY first, so an admission in a running
   -- window is one command (a new window adds a SET ... PX, a denial a DECRBY giving it back).
   -- Decides exactly as decide then take would; measured where check.lua calls it.
+  -- The time and window of the last alone check, and its window's number: a call's checks
+  -- share one time, so it is worked out once per window (best of 7 runs 4.85 -> 4.09 us per
+  -- decision, median 5.98 -> 5.37, measured as in check.lua).
+  local at_us, at_window, now, index = nil, nil, nil, nil
   local function fixed_window_alone(key, limit, window, burst, now_us, cost)
-    local now = div(now_us, 1000)
-    local index = div(now, window)
+    if now_us ~= at_us or window ~= at_window then
+      at_us, at_window = now_us, window
+      now = div(now_us, 1000)
+      index = div(now, window)
+    end
     if cost == 0 or cost > limit or limit >= COUNTS or index >= EXACT_HEADS then
       local allowed, remaining, reset, retry, b, c, d, e = fixed_window(key, limit, window, burst, now_us, cost)
       if allowed == 1 and cost > 0 then
@@ -149,7 +156,11 @@ local function fixed_window_functions()
       redis.call('DECRBY', key, cost)
       corrupt(key, 'holds a non-integer value')
     end
-    local head = div(v, PACK)
+    -- v / PACK can round up to the next integer, never down below one.
+    local head = floor(v / PACK)
+    if head * PACK > v then
+      head = head - 1
+    end
     local n = v - head * PACK
     if head < index then
       -- No window, or an ended one: this one starts with the cost.
