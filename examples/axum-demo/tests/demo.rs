@@ -148,14 +148,8 @@ async fn two_demo_processes_sharing_one_redis_admit_exactly_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_demo_processes_on_a_cluster_or_through_sentinel_admit_exactly_the_limit() {
-    let quoted = |urls: Vec<String>| {
-        urls.iter()
-            .map(|u| format!("\"{u}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let cluster = RedisCluster::start();
-    let store = format!("redis_cluster = [{}]", quoted(cluster.urls()));
+    let store = format!("redis_cluster = [{}]", quoted(&cluster.urls()));
     assert_eq!(
         admitted_by_two_processes(&store, "sliding_window_counter").await,
         7
@@ -165,7 +159,7 @@ async fn two_demo_processes_on_a_cluster_or_through_sentinel_admit_exactly_the_l
     let sentinel = RedisSentinel::start();
     let store = format!(
         "redis_sentinel = {{ urls = [{}], master = \"{}\" }}",
-        quoted(sentinel.urls()),
+        quoted(&sentinel.urls()),
         RedisSentinel::MASTER
     );
     assert_eq!(admitted_by_two_processes(&store, "token_bucket").await, 7);
@@ -652,8 +646,7 @@ async fn operators_resets_and_overrides_reach_both_processes_through_their_block
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operators_resets_and_overrides_reach_both_processes_on_a_cluster() {
     let cluster = RedisCluster::start();
-    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
-    let store = format!("redis_cluster = [{}]", urls.join(", "));
+    let store = format!("redis_cluster = [{}]", quoted(&cluster.urls()));
     let operator = redlimit::Limiter::new(
         redlimit::RedisBackend::cluster(cluster.urls())
             .budget(Duration::from_secs(5))
@@ -914,17 +907,14 @@ async fn a_route_with_two_limits_denies_by_whichever_is_spent() {
     assert!(retry > 50, "the per-minute limit's wait: {retry}");
 }
 
-/// A Cluster serving TLS with a private CA, the CA given in the file: decided by Redis.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tls_cluster_with_a_private_ca_from_the_file() {
-    let pki = Pki::new("demo-cluster");
-    let (_cluster, urls) = RedisCluster::start_tls(&pki);
-    let urls: Vec<String> = urls.iter().map(|url| format!("\"{url}\"")).collect();
-    let store = format!(
-        "redis_cluster = [{}]\ntls_ca_file = \"{}\"\nbudget = \"2s\"\n",
-        urls.join(", "),
-        pki.file("ca.crt")
-    );
+/// `urls` quoted and joined, for a TOML array.
+fn quoted(urls: &[String]) -> String {
+    let quoted: Vec<String> = urls.iter().map(|url| format!("\"{url}\"")).collect();
+    quoted.join(", ")
+}
+
+/// A demo on `store` (TOML lines) decides its first request on Redis.
+async fn decided_by_redis(store: &str) {
     let demo = Demo::start(&format!("{store}{}", route("gcra", 3))).await;
     let response = http_get(demo.address, "/limited", &[]).await;
     assert!(
@@ -934,33 +924,35 @@ async fn a_tls_cluster_with_a_private_ca_from_the_file() {
     );
 }
 
+/// A Cluster serving TLS with a private CA, the CA given in the file: decided by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_with_a_private_ca_from_the_file() {
+    let pki = Pki::new("demo-cluster");
+    let (_cluster, urls) = RedisCluster::start_tls(&pki);
+    let store = format!(
+        "redis_cluster = [{}]\ntls_ca_file = \"{}\"\nbudget = \"2s\"\n",
+        quoted(&urls),
+        pki.file("ca.crt")
+    );
+    decided_by_redis(&store).await;
+}
+
 /// A primary serving mutual TLS, named by sentinels, the CA and the client certificate given
 /// in the file: decided by Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_primary_over_mutual_tls_from_the_file() {
     let pki = Pki::new("demo-sentinel");
     let sentinel = RedisSentinel::start_tls(&pki);
-    let urls: Vec<String> = sentinel
-        .urls()
-        .iter()
-        .map(|url| format!("\"{url}\""))
-        .collect();
     let store = format!(
         "redis_sentinel = {{ urls = [{}], master = \"{}\" }}\ntls_ca_file = \"{}\"\n\
          tls_client_cert_file = \"{}\"\ntls_client_key_file = \"{}\"\nbudget = \"2s\"\n",
-        urls.join(", "),
+        quoted(&sentinel.urls()),
         RedisSentinel::MASTER,
         pki.file("ca.crt"),
         pki.file("client.crt"),
         pki.file("client.key")
     );
-    let demo = Demo::start(&format!("{store}{}", route("gcra", 3))).await;
-    let response = http_get(demo.address, "/limited", &[]).await;
-    assert!(
-        response.body.contains("decided by redis"),
-        "{response:?}: {}",
-        demo.output()
-    );
+    decided_by_redis(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

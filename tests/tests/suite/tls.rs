@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use deadpool_redis::redis;
-use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
+use redlimit::{
+    Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend, RedisBackendBuilder,
+};
 use redlimit_tests::{Pki, RedisCluster, RedisSentinel};
 
 use crate::support::{alone, policy};
@@ -60,19 +62,24 @@ async fn rediss_with_the_servers_ca_decides_and_a_wrong_ca_fails_through_the_fai
     );
 }
 
+/// `builder` trusting `pki`'s authority and presenting its client certificate.
+fn mutual(pki: &Pki, builder: RedisBackendBuilder) -> RedisBackend {
+    let read = |name: &str| std::fs::read(pki.file(name)).expect("a PEM file");
+    builder
+        .tls_root_ca(pki.ca_pem.as_bytes())
+        .tls_client_certificate(read("client.crt"), read("client.key"))
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid")
+}
+
 /// Mutual TLS: a server that asks for a client certificate decides with the one its authority
 /// signed, given to the builder.
 #[tokio::test]
 async fn a_client_certificate_signed_by_the_servers_ca_is_accepted() {
     let pki = Pki::new("mutual");
     let (_server, url) = pki.start_server(true);
-    let read = |name: &str| std::fs::read(pki.file(name)).expect("a PEM file");
-    let backend = RedisBackend::builder(url)
-        .tls_root_ca(pki.ca_pem.as_bytes())
-        .tls_client_certificate(read("client.crt"), read("client.key"))
-        .budget(Duration::from_secs(5))
-        .build()
-        .expect("valid");
+    let backend = mutual(&pki, RedisBackend::builder(url));
     let p = policy(Algorithm::Gcra, 2, 60_000, None);
     let decided = Limiter::new(backend).check(&alone(&p), "mutual").await;
     assert_eq!(decided.expect("decided over mutual TLS")[0].remaining, 1);
@@ -108,13 +115,10 @@ async fn a_cluster_over_tls_with_a_private_ca_decides() {
 async fn a_primary_named_by_sentinels_over_mutual_tls_decides() {
     let pki = Pki::new("sentinel");
     let sentinel = RedisSentinel::start_tls(&pki);
-    let read = |name: &str| std::fs::read(pki.file(name)).expect("a PEM file");
-    let backend = RedisBackend::sentinel(sentinel.urls(), RedisSentinel::MASTER)
-        .tls_root_ca(pki.ca_pem.as_bytes())
-        .tls_client_certificate(read("client.crt"), read("client.key"))
-        .budget(Duration::from_secs(5))
-        .build()
-        .expect("valid");
+    let backend = mutual(
+        &pki,
+        RedisBackend::sentinel(sentinel.urls(), RedisSentinel::MASTER),
+    );
     let p = policy(Algorithm::Gcra, 2, 60_000, None);
     let limiter = Limiter::new(backend);
     let decided = limiter.check(&alone(&p), "through-sentinel").await;

@@ -4,11 +4,11 @@
 //! Redis refused unrun (a redirect, `CLUSTERDOWN` during a failover) is sent again by the
 //! backend instead (see `refusal.rs`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use deadpool::managed;
 use deadpool_redis::redis::{
-    self, RedisError, RedisResult,
+    RedisError, RedisResult,
     cluster::{ClusterClient, ClusterClientBuilder},
     cluster_async::ClusterConnection,
 };
@@ -42,15 +42,7 @@ impl managed::Manager for ClusterManager {
         conn: &mut ClusterConnection,
         _: &managed::Metrics,
     ) -> managed::RecycleResult<RedisError> {
-        let ping = self.pings.fetch_add(1, Ordering::Relaxed).to_string();
-        let echoed: String = redis::cmd("PING").arg(&ping).query_async(conn).await?;
-        if echoed == ping {
-            Ok(())
-        } else {
-            Err(managed::RecycleError::message(
-                "a PING answered something else",
-            ))
-        }
+        super::connection::recycle_with_ping(conn, &self.pings).await
     }
 }
 

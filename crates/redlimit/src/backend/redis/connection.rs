@@ -133,3 +133,26 @@ impl ConnectionLike for Conn {
         }
     }
 }
+
+/// Checks a pooled connection before it is handed out again: a `PING` with a number of its own
+/// must come back as that number. For the Cluster's and Sentinel's pool managers.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+pub(crate) async fn recycle_with_ping(
+    conn: &mut impl ConnectionLike,
+    pings: &std::sync::atomic::AtomicUsize,
+) -> deadpool::managed::RecycleResult<deadpool_redis::redis::RedisError> {
+    let ping = pings
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        .to_string();
+    let echoed: String = deadpool_redis::redis::cmd("PING")
+        .arg(&ping)
+        .query_async(conn)
+        .await?;
+    if echoed == ping {
+        Ok(())
+    } else {
+        Err(deadpool::managed::RecycleError::message(
+            "a PING answered something else",
+        ))
+    }
+}

@@ -2,11 +2,11 @@
 //! sentinels are asked at every new connection, so after a failover new connections go to the
 //! new primary.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use deadpool::managed;
 use deadpool_redis::redis::{
-    self, IntoConnectionInfo, RedisError, RedisResult,
+    IntoConnectionInfo, RedisError, RedisResult,
     aio::MultiplexedConnection,
     sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType},
 };
@@ -19,7 +19,7 @@ pub(crate) struct Sentinels {
     pub(crate) urls: Vec<String>,
     pub(crate) master: String,
     #[cfg(feature = "tls")]
-    pub(crate) certificates: Option<redis::TlsCertificates>,
+    pub(crate) certificates: Option<deadpool_redis::redis::TlsCertificates>,
 }
 
 impl Sentinels {
@@ -51,7 +51,7 @@ impl Sentinels {
         #[cfg(feature = "tls")]
         if let Some(certificates) = &self.certificates {
             builder = builder
-                .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                .set_client_to_redis_tls_mode(deadpool_redis::redis::TlsMode::Secure)
                 .set_client_to_redis_certificates(certificates.clone());
         }
         builder.build()
@@ -86,15 +86,7 @@ impl managed::Manager for SentinelManager {
         conn: &mut MultiplexedConnection,
         _: &managed::Metrics,
     ) -> managed::RecycleResult<RedisError> {
-        let ping = self.pings.fetch_add(1, Ordering::Relaxed).to_string();
-        let echoed: String = redis::cmd("PING").arg(&ping).query_async(conn).await?;
-        if echoed == ping {
-            Ok(())
-        } else {
-            Err(managed::RecycleError::message(
-                "a PING answered something else",
-            ))
-        }
+        super::connection::recycle_with_ping(conn, &self.pings).await
     }
 }
 
