@@ -10,6 +10,40 @@ local sets, first = read_sets(ARGV)
 -- done: the length of out once its last whole reply was written.
 local done = 0
 
+-- Decides a request of cost > 0 of several policies that each have an alone (fixed windows)
+-- at now_us, its replies in out after base, its keys from KEYS[k]: each policy decides and
+-- takes at once; a denial decides the policies after it without taking and gives back what the
+-- ones before it took, each of those then replying its quota before the request, as decide
+-- would have. Returns where the next request's keys begin. Script time per decision in batches
+-- of 64, two fixed windows: see the README of redlimit-bench.
+local function decide_alone(set, out, base, k, now_us, cost)
+  local admitted, taken, first = true, 0, k
+  for i = 1, #set do
+    local p, key = set[i], KEYS[k]
+    k = k + 1
+    local allowed, remaining, reset, retry
+    if admitted then
+      allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost)
+      if allowed == 1 then
+        taken = i
+      else
+        admitted = false
+      end
+    else
+      allowed, remaining, reset, retry = p.decide(key, p.limit, p.window, p.burst, now_us, cost)
+    end
+    local r = base + 4 * i
+    out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
+  end
+  if not admitted then
+    for i = 1, taken do
+      local p, r = set[i], base + 4 * i
+      out[r - 2], out[r - 1] = p.untake(KEYS[first + i - 1], p.limit, p.window, p.burst, now_us, cost)
+    end
+  end
+  return k
+end
+
 -- Decides the requests from ARGV[a] on, writing each one's reply into out in place; kept: what
 -- each policy's take needs, nine values per policy, reused by every request of several policies
 -- (no table per request or policy); a lone policy takes as soon as it admits.
@@ -67,48 +101,52 @@ local function decide_requests(out, kept, a)
         -- This request's reply starts after base; limits: the limit in force of each policy that
         -- takes overrides, made at the first.
         local base, admitted, limits, lone = #out, true, nil, #set == 1
-        for i = 1, #set do
-          local p = set[i]
-          local key, limit, window, burst, skey, bkey
-          key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
-          if p.overrides then
-            limits = limits or {}
-            limits[#limits + 1] = limit
-          end
-          local ban = p.ban
-          local allowed, remaining, reset, retry, b, c, d, e
-          local left = nil
-          if ban then
-            left = marks_of().banned(bkey, div(now_us, 1000))
-          end
-          if left then
-            allowed, remaining, reset, retry = 2, 0, left, left
-          else
-            allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
-            if allowed == 0 and ban and retry ~= NEVER then
-              local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
-              if length then
-                allowed, reset, retry = 2, max(reset, length), length
+        if set.alone and cost > 0 then
+          k = decide_alone(set, out, base, k, now_us, cost)
+        else
+          for i = 1, #set do
+            local p = set[i]
+            local key, limit, window, burst, skey, bkey
+            key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
+            if p.overrides then
+              limits = limits or {}
+              limits[#limits + 1] = limit
+            end
+            local ban = p.ban
+            local allowed, remaining, reset, retry, b, c, d, e
+            local left = nil
+            if ban then
+              left = marks_of().banned(bkey, div(now_us, 1000))
+            end
+            if left then
+              allowed, remaining, reset, retry = 2, 0, left, left
+            else
+              allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
+              if allowed == 0 and ban and retry ~= NEVER then
+                local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
+                if length then
+                  allowed, reset, retry = 2, max(reset, length), length
+                end
               end
             end
+            if allowed ~= 1 then
+              admitted = false
+            elseif cost > 0 and lone then
+              -- Nothing else to wait for: take at once, keeping nothing.
+              remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
+            else
+              local j = 9 * i
+              kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
+              kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
+            end
+            local r = base + 4 * i
+            out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
           end
-          if allowed ~= 1 then
-            admitted = false
-          elseif cost > 0 and lone then
-            -- Nothing else to wait for: take at once, keeping nothing.
-            remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
-          else
-            local j = 9 * i
-            kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
-            kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
-          end
-          local r = base + 4 * i
-          out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
-        end
-        if admitted and cost > 0 and not lone then
-          for i = 1, #set do
-            local j = 9 * i
-            out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
+          if admitted and cost > 0 and not lone then
+            for i = 1, #set do
+              local j = 9 * i
+              out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
+            end
           end
         end
         for i = 1, limits and #limits or 0 do

@@ -1,5 +1,6 @@
--- An algorithm's decide, take, settle and alone (its check of one policy decided and taken in
--- one, where it has one: fw) by its name, made at the call's first policy of it:
+-- An algorithm's decide, take, settle, and where it has them (fw) alone (its check of one policy
+-- decided and taken in one) and untake (alone given back), by its name, made at the call's
+-- first policy of it:
 -- a call that checks one algorithm makes no other's functions (a check of two fixed windows
 -- through this script: 29.1 -> 27.0 us per call, median of 5 runs of `redis-benchmark -P 8
 -- EVALSHA`, against making every algorithm's at every call).
@@ -7,15 +8,16 @@ local made = {}
 local function algorithm(name)
   local fns = made[name]
   if fns then
-    return fns[1], fns[2], fns[3], fns[4]
+    return fns[1], fns[2], fns[3], fns[4], fns[5]
   end
-  local decide, take, settle, alone
+  local decide, take, settle, alone, untake
   if name == 'fw' or name == 'fwa' then
-    local aligned, anchored, take_aligned, take_anchored, settle_aligned, settle_anchored, alone_aligned =
+    local aligned, anchored, take_aligned, take_anchored, settle_aligned, settle_anchored
+    aligned, anchored, take_aligned, take_anchored, settle_aligned, settle_anchored, alone, untake =
       fixed_window_functions()
-    decide, take, settle, alone = aligned, take_aligned, settle_aligned, alone_aligned
+    decide, take, settle = aligned, take_aligned, settle_aligned
     if name == 'fwa' then
-      decide, take, settle, alone = anchored, take_anchored, settle_anchored, nil
+      decide, take, settle, alone, untake = anchored, take_anchored, settle_anchored, nil, nil
     end
   elseif name == 'swl' then
     decide, take, settle = sliding_window_log_functions()
@@ -28,6 +30,6 @@ local function algorithm(name)
   else
     error({ err = 'ERR redlimit: unknown algorithm ' .. tostring(name) })
   end
-  made[name] = { decide, take, settle, alone }
-  return decide, take, settle, alone
+  made[name] = { decide, take, settle, alone, untake }
+  return decide, take, settle, alone, untake
 end

@@ -177,6 +177,17 @@ local function fixed_window_functions()
     return 1, limit - n, finish - now, -1
   end
 
+  -- Gives back what fixed_window_alone took at now_us, when a later policy of its check denied:
+  -- the quota then, as decide would have seen it.
+  local function fixed_window_untake(key, limit, window, burst, now_us, cost)
+    if type(redis.pcall('DECRBY', key, cost)) ~= 'number' then
+      redis.call('HINCRBY', key, 'n', -cost)
+    end
+    local now = div(now_us, 1000)
+    local start, n = window_now(key, limit, window, now, true)
+    return window_quota(limit, n, start + window, now)
+  end
+
   -- Gives back to the window holding at_us (a newer window owes the reservation nothing), or,
   -- without at_us, charges cost to the current window past the limit.
   local function window_settle(aligned)
@@ -206,5 +217,6 @@ local function fixed_window_functions()
     end
   end
   return fixed_window, fixed_window_anchored, fixed_window_take_aligned, fixed_window_take_anchored,
-    SETTLES and window_settle(true), SETTLES and window_settle(false), fixed_window_alone
+    SETTLES and window_settle(true), SETTLES and window_settle(false), fixed_window_alone,
+    fixed_window_untake
 end

@@ -19,9 +19,9 @@ local function read_sets(argv)
     local set = {}
     for i = 1, tonumber(argv[a]) do
       local name, flags = argv[a + 1], tonumber(argv[a + 5])
-      local decide, take, settle, alone = algorithm(name)
+      local decide, take, settle, alone, untake = algorithm(name)
       local p = {
-        decide = decide, take = take, settle = settle, alone = alone, limit = tonumber(argv[a + 2]),
+        decide = decide, take = take, settle = settle, alone = alone, untake = untake, limit = tonumber(argv[a + 2]),
         window = tonumber(argv[a + 3]), burst = tonumber(argv[a + 4]),
         overrides = flags % (2 * OVERRIDES) >= OVERRIDES,
       }
@@ -37,6 +37,12 @@ local function read_sets(argv)
       set[i] = p
     end
     set.plain = #set == 1 and not set[1].overrides and not set[1].ban
+    -- Several policies, each decided and taken by its alone, given back on a denial.
+    set.alone = #set > 1
+    for i = 1, #set do
+      local p = set[i]
+      set.alone = set.alone and p.alone ~= nil and not p.overrides and not p.ban
+    end
     sets[s] = set
     a = a + 1
   end

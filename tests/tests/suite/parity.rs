@@ -124,3 +124,27 @@ fn policies_checked_together_decide_the_same_on_redis_and_in_memory() {
         .prop_map(|(a, b)| vec![a, b]);
     run_parity(&server, &runtime, pair);
 }
+
+/// Fixed windows checked together, which Redis decides and takes by `INCRBY` first, giving back
+/// what the first took when the second denies: decided as in memory, where nothing is taken
+/// unless both admit.
+#[test]
+fn fixed_windows_checked_together_decide_the_same_on_redis_and_in_memory() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let window = |name: &'static str| {
+        (
+            1_u64..12,
+            prop::sample::select(vec![1_000_u64, 1_500, 7_000, 60_000]),
+        )
+            .prop_map(move |(limit, window)| {
+                Policy::builder(name, Algorithm::FixedWindow)
+                    .limit(limit)
+                    .window(std::time::Duration::from_millis(window))
+                    .build()
+                    .expect("a policy")
+            })
+    };
+    let pair = (window("first"), window("second")).prop_map(|(a, b)| vec![a, b]);
+    run_parity(&server, &runtime, pair);
+}
