@@ -135,19 +135,15 @@ local function fixed_window_functions()
       now = div(now_us, 1000)
       index = div(now, window)
     end
-    if cost == 0 or cost > limit or limit >= COUNTS or index >= EXACT_HEADS then
+    local v = nil
+    if cost > 0 and cost <= limit and limit < COUNTS and index < EXACT_HEADS then
+      v = redis.pcall('INCRBY', key, cost)
+    end
+    if type(v) ~= 'number' then
+      -- Not counted by INCRBY (a hash: a limit on the other side of COUNTS; not an integer: the
+      -- reading path says it is corrupt; a failed INCRBY wrote nothing): decide, then take.
       local allowed, remaining, reset, retry, b, c, d, e = fixed_window(key, limit, window, burst, now_us, cost)
       if allowed == 1 and cost > 0 then
-        remaining, reset = fixed_window_take_aligned(key, limit, window, burst, now_us, cost, b, c, d, e)
-      end
-      return allowed, remaining, reset, retry
-    end
-    local v = redis.pcall('INCRBY', key, cost)
-    if type(v) ~= 'number' then
-      -- A hash (a limit on the other side of COUNTS) or not an integer: the reading path
-      -- decides, or says the state is corrupt. The failed INCRBY wrote nothing.
-      local allowed, remaining, reset, retry, b, c, d, e = fixed_window(key, limit, window, burst, now_us, cost)
-      if allowed == 1 then
         remaining, reset = fixed_window_take_aligned(key, limit, window, burst, now_us, cost, b, c, d, e)
       end
       return allowed, remaining, reset, retry

@@ -76,6 +76,15 @@ impl Events {
         self.listening.store(listening, Ordering::Release);
     }
 
+    /// How many channels to listen on.
+    fn channel_count(&self) -> usize {
+        self.channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// The channels to listen on from the `from`th on.
     fn channels_from(&self, from: usize) -> Vec<String> {
         let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         channels
@@ -175,7 +184,7 @@ async fn listen_on(backend: &Weak<Inner>, pubsub: redis::aio::PubSub) -> bool {
             }
             subscribed += 1;
         }
-        if subscribed == 0 || subscribed < inner.events.channels_from(0).len() {
+        if subscribed == 0 || subscribed < inner.events.channel_count() {
             break true;
         }
         if !inner.events.is_listening() {
