@@ -95,8 +95,9 @@ impl Events {
 }
 
 /// Where the listener subscribes: the standalone server, any of a Cluster's nodes (each hears
-/// every event), or the primary Sentinel names; nothing for a pool the application built.
-#[derive(Debug, Clone)]
+/// every event), or the primary Sentinel names; nothing for a pool the application built. No
+/// `Debug`: its settings may hold a password or a private key.
+#[derive(Clone)]
 pub(super) enum Subscriber {
     None,
     Nodes(Vec<ConnectionInfo>),

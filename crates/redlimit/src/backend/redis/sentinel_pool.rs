@@ -13,8 +13,8 @@ use deadpool_redis::redis::{
 
 /// How to reach the primary named `master` through the sentinels at `urls`: the sentinels as
 /// their URLs say (`rediss://` for TLS, a password), the primary over TLS with `certificates`
-/// when there are any.
-#[derive(Debug, Clone)]
+/// when there are any. No `Debug`: its URLs may hold a password, its certificates a private key.
+#[derive(Clone)]
 pub(crate) struct Sentinels {
     pub(crate) urls: Vec<String>,
     pub(crate) master: String,
