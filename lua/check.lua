@@ -50,6 +50,17 @@ end
 -- (no table per request or policy); a lone policy takes as soon as it admits.
 local function decide_requests(out, kept, a)
   local now_us, k, last, _ = nil, 1, #ARGV, nil
+  -- A batch repeats a few costs and heads: each text is converted once per call (tonumber runs
+  -- a strtod, some 700 instructions).
+  local numbers = {}
+  local function number(text)
+    local n = numbers[text]
+    if not n then
+      n = tonumber(text)
+      numbers[text] = n
+    end
+    return n
+  end
   while a <= last do
     -- A request without flags of one policy without overrides or bans: decided with no
     -- bookkeeping. Script time per decision in batches of 64 (fixed window 5.59 -> 5.14 us,
@@ -57,14 +68,15 @@ local function decide_requests(out, kept, a)
     -- script's arguments, uniform keys). An algorithm with an alone (fw: INCRBY first) decides
     -- and takes in one: fixed window 5.25 -> 3.58 us best, 7.46 -> 5.87 median of 7 such runs,
     -- 10,000 keys (the anchored window, unchanged, 5.54 -> 5.73 beside it).
-    local set = sets[tonumber(ARGV[a + 1]) / 8]
+    local head, cost_text = ARGV[a + 1], ARGV[a]
+    local set = sets[(numbers[head] or number(head)) / 8]
     if set and set.plain then
-      local p, key, cost = set[1], KEYS[k], tonumber(ARGV[a])
+      local p, key, cost = set[1], KEYS[k], numbers[cost_text] or number(cost_text)
       k, a = k + 1, a + 2
       now_us = now_us or clock(ARGV[1])
       local allowed, remaining, reset, retry, b, c, d, e
       if p.alone then
-        allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost)
+        allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost, cost_text)
       else
         allowed, remaining, reset, retry, b, c, d, e = p.decide(key, p.limit, p.window, p.burst, now_us, cost, p.slack)
         if allowed == 1 and cost > 0 then

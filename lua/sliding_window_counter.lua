@@ -73,10 +73,10 @@ local function sliding_window_counter_functions()
     local index, elapsed, shift = counter_position(div(now_us, 1000), window, stored)
     if same == 1 then
       -- Same window: the state's deadline (the end of the next window) has not moved.
-      redis.call('HINCRBY', key, 'c', cost)
+      redis.call('HINCRBY', key, 'c', format('%d', cost))
     else
-      redis.call('HSET', key, 'w', index, 'p', prev, 'c', curr + cost)
-      redis.call('PEXPIRE', key, shift + 2 * window - elapsed)
+      redis.call('HSET', key, 'w', format('%d', index), 'p', format('%d', prev), 'c', format('%d', curr + cost))
+      redis.call('PEXPIRE', key, format('%d', shift + 2 * window - elapsed))
     end
     return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
   end

@@ -18,16 +18,21 @@ local function token_bucket_functions()
       corrupt(key, 'is not a token bucket')
     end
     used, last = tonumber(used), tonumber(last)
-    if max(now - last, 0) >= ceil_div(used, rate) then
-      used = 0
-    else
-      used = used - max(now - last, 0) * rate
+    if last >= now then
+      return used, last
+    elseif now - last >= ceil_div(used, rate) then
+      return 0, now
     end
-    return used, max(last, now)
+    return used - (now - last) * rate, now
   end
 
+  -- The ms of the last now_us asked: a call's checks share one time.
+  local at_us, at_ms = nil, nil
   local function token_bucket(key, rate, window, burst, now_us, cost)
-    local now = div(now_us, 1000)
+    if now_us ~= at_us then
+      at_us, at_ms = now_us, div(now_us, 1000)
+    end
+    local now = at_ms
     local full = burst * window
     local used, last = bucket_now(key, rate, now)
     -- Refills count from last, which is later than now when time stepped back: every wait
@@ -47,7 +52,7 @@ local function token_bucket_functions()
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
     if reset > 0 then
-      redis.call('SET', key, str(used) .. ':' .. str(last), 'PX', reset)
+      redis.call('SET', key, format('%d:%d', used, last), 'PX', format('%d', reset))
     else
       -- Nothing taken: a full bucket, as an absent key is.
       redis.call('DEL', key)
