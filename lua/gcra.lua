@@ -32,7 +32,7 @@ local function gcra_functions()
       return now_us
     elseif was ~= suffix then
       -- The same operations as the memory backend's, so both round alike.
-      return now_us + math.ceil((tat - now_us) * interval / tonumber(string.sub(was, 2)))
+      return now_us + ceil((tat - now_us) * interval / tonumber(string.sub(was, 2)))
     end
     return tat
   end

@@ -35,7 +35,8 @@ local NEVER = -2
 local ONCE, RESERVE, TAKEN_AT = 1, 2, 4
 local OVERRIDES, BAN, DELAY = 1, 2, 4
 -- Globals read once per script run, not at every use.
-local floor, max, min, match, format = math.floor, math.max, math.min, string.match, string.format
+local floor, ceil, max, min, match, format = math.floor, math.ceil, math.max, math.min, string.match,
+  string.format
 
 -- Corrupt state is an error, never a decision.
 local function corrupt(key, why)
@@ -82,16 +83,11 @@ end
 -- ceil(a / b) for integers and b > 0, corrected alike: its own body, as a call to div would
 -- cost as much again (a token bucket makes three a check).
 local function ceil_div(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
+  local q = ceil(a / b)
   if q * b < a then
-    q = q + 1
+    return q + 1
   end
-  return q
+  return (q - 1) * b >= a and q - 1 or q
 end
 
 -- The time of a call: `at` in microseconds, or Redis TIME when it is ''.
