@@ -10,7 +10,7 @@ use std::{
 use crate::{
     Backend, CheckRequest, ConfigError, Decisions, Error, ErrorKind, KeyScheme, Override, Policy,
     PolicySet, SettleFuture, SettleRequest, Timestamp,
-    backend::{Change, Started},
+    backend::{Change, Query, Started},
     check_request::Options,
 };
 
@@ -162,7 +162,12 @@ impl Limiter {
                 ),
             )));
         }
-        self.backend.start(&self.keys, set, client, options)
+        self.backend.start(Query {
+            keys: &self.keys,
+            set,
+            client,
+            options,
+        })
     }
 
     pub(crate) async fn settled(

@@ -28,35 +28,20 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
         Algorithm::FixedWindow | Algorithm::FixedWindowAnchored
     );
     let hashed = window && p.limit() >= HASHED_WINDOW;
+    let set = |value: &str| redis::cmd("SET").arg(key).arg(value).clone();
+    let hset = |fields: &[&str]| redis::cmd("HSET").arg(key).arg(fields).clone();
+    let t0 = T0.to_string();
     let mut cmds = match algorithm {
         _ if hashed => vec![
-            redis::cmd("HSET")
-                .arg(key)
-                .arg("s")
-                .arg(T0)
-                .arg("n")
-                .arg("many")
-                .clone(),
-            redis::cmd("HSET")
-                .arg(key)
-                .arg("s")
-                .arg("-1")
-                .arg("n")
-                .arg(1)
-                .clone(),
-            redis::cmd("HSET").arg(key).arg("n").arg(1).clone(),
+            hset(&["s", &t0, "n", "many"]),
+            hset(&["s", "-1", "n", "1"]),
+            hset(&["n", "1"]),
         ],
         // One string of the window start and count (`start * 10^6 + count`): any integer of at
         // most 19 digits is state (a small one a window long gone), anything else is not.
-        Algorithm::FixedWindow | Algorithm::FixedWindowAnchored => vec![
-            redis::cmd("SET").arg(key).arg("many").clone(),
-            redis::cmd("SET").arg(key).arg("-1").clone(),
-            redis::cmd("SET").arg(key).arg("").clone(),
-            redis::cmd("SET")
-                .arg(key)
-                .arg("99999999999999999999")
-                .clone(),
-        ],
+        Algorithm::FixedWindow | Algorithm::FixedWindowAnchored => {
+            vec![set("many"), set("-1"), set(""), set("99999999999999999999")]
+        }
         Algorithm::SlidingWindowLog => vec![
             // Far enough ahead that no clock in this test trims it away.
             redis::cmd("ZADD")
@@ -66,63 +51,35 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
                 .clone(),
         ],
         Algorithm::SlidingWindowCounter => vec![
-            redis::cmd("HSET")
-                .arg(key)
-                .arg("w")
-                .arg("x")
-                .arg("p")
-                .arg(0)
-                .arg("c")
-                .arg(1)
-                .clone(),
-            redis::cmd("HSET")
-                .arg(key)
-                .arg("w")
-                .arg(1)
-                .arg("p")
-                .arg(0)
-                .clone(),
+            hset(&["w", "x", "p", "0", "c", "1"]),
+            hset(&["w", "1", "p", "0"]),
         ],
         // 'used:last'.
         Algorithm::TokenBucket => vec![
-            redis::cmd("SET").arg(key).arg(format!("1e3:{T0}")).clone(),
-            redis::cmd("SET").arg(key).arg("5:12.5").clone(),
-            redis::cmd("SET").arg(key).arg("5").clone(),
-            redis::cmd("SET")
-                .arg(key)
-                .arg(format!("99999999999999999999:{T0}"))
-                .clone(),
+            set(&format!("1e3:{T0}")),
+            set("5:12.5"),
+            set("5"),
+            set(&format!("99999999999999999999:{T0}")),
         ],
         // 'tat:interval' (us).
         Algorithm::Gcra => vec![
-            redis::cmd("SET").arg(key).arg("soon").clone(),
-            redis::cmd("SET").arg(key).arg("").clone(),
-            redis::cmd("SET").arg(key).arg("4000000000000000").clone(),
-            redis::cmd("SET").arg(key).arg("4000000000000000:0").clone(),
-            redis::cmd("SET").arg(key).arg("4000000000000000:x").clone(),
-            redis::cmd("SET")
-                .arg(key)
-                .arg("99999999999999999999:100000")
-                .clone(),
+            set("soon"),
+            set(""),
+            set("4000000000000000"),
+            set("4000000000000000:0"),
+            set("4000000000000000:x"),
+            set("99999999999999999999:100000"),
         ],
         _ => unreachable!("every algorithm is listed"),
     };
     // The wrong type for each: a list is none of the types redlimit writes.
     cmds.push(redis::cmd("RPUSH").arg(key).arg(1).clone());
     cmds.push(match algorithm {
-        Algorithm::Gcra | Algorithm::TokenBucket => {
-            redis::cmd("HSET").arg(key).arg("tat").arg(1).clone()
-        }
+        Algorithm::Gcra | Algorithm::TokenBucket => hset(&["tat", "1"]),
         // A fixed window reads the other form too (a limit changed across 10^6): spoiled there.
-        _ if window && !hashed => redis::cmd("HSET")
-            .arg(key)
-            .arg("s")
-            .arg(T0)
-            .arg("n")
-            .arg("many")
-            .clone(),
-        _ if window => redis::cmd("SET").arg(key).arg("many").clone(),
-        _ => redis::cmd("SET").arg(key).arg(1).clone(),
+        _ if window && !hashed => hset(&["s", &t0, "n", "many"]),
+        _ if window => set("many"),
+        _ => set("1"),
     });
     cmds
 }

@@ -63,18 +63,12 @@ impl Backend {
         matches!(self, Self::Redis(redis) if redis.is_cluster())
     }
 
-    /// Begins the check of `set` for `client` that `options` describe. In process it is
-    /// decided here; on Redis the returned future sends it when first polled.
-    pub(crate) fn start(
-        &self,
-        keys: &KeyScheme,
-        set: &PolicySet,
-        client: &str,
-        options: &Options<'_>,
-    ) -> Started {
+    /// Begins `query`. In process it is decided here; on Redis the returned future sends it
+    /// when first polled.
+    pub(crate) fn start(&self, query: Query<'_>) -> Started {
         match self {
-            Self::Memory(memory) => memory.start(keys, set, client, options),
-            Self::Redis(redis) => redis.start(keys, set, client, options),
+            Self::Memory(memory) => memory.start(query),
+            Self::Redis(redis) => redis.start(query),
         }
     }
 
@@ -198,6 +192,19 @@ impl Backend {
             }
         }
     }
+}
+
+/// One check as a backend receives it.
+#[derive(Clone, Copy)]
+pub(crate) struct Query<'a> {
+    /// How the policies' keys are named.
+    pub(crate) keys: &'a KeyScheme,
+    /// The policies checked together.
+    pub(crate) set: &'a PolicySet,
+    /// Whose check it is.
+    pub(crate) client: &'a str,
+    /// What the check asks for besides.
+    pub(crate) options: &'a Options<'a>,
 }
 
 /// `decisions`, reserved if they answer an admitted reservation taken at `taken_at_us`.

@@ -17,11 +17,11 @@ mod recent;
 
 use self::{bans::Bans, leases::Leases, overrides::Overrides, recent::Recent};
 use super::{
-    Settlement, Started,
+    Query, Settlement, Started,
     answer::{Answer, Inspected},
     decision, stamp,
 };
-use crate::{Decisions, PolicySet, Reason, Timestamp, check_request::Options};
+use crate::{Decisions, Reason, Timestamp};
 
 const SHARDS: usize = 16;
 
@@ -158,19 +158,19 @@ impl MemoryBackend {
         self.len() == 0
     }
 
-    /// Checks all `policies` for one client atomically (the client's keys share a shard, whose
-    /// lock is held for the whole check) and turns each policy's answer into a `T` (a decision)
+    /// Checks all `policies` (the query's, or its client's override) for the query's client at
+    /// `now_us` atomically (the client's keys share a shard, whose lock is held for the whole
+    /// check) and turns each policy's answer into a `T` (a decision)
     /// on the way out.
     pub(crate) fn check<T>(
         &self,
-        keys: &KeyScheme,
-        client: &str,
+        query: Query<'_>,
         policies: &[Policy],
-        cost: u64,
         now_us: u64,
         mut finish: impl FnMut(&Policy, Answer) -> T,
     ) -> Vec<T> {
-        let (client, mut shard) = self.shard_of(client);
+        let (keys, cost) = (query.keys, query.options.cost);
+        let (client, mut shard) = self.shard_of(query.client);
         if let [policy] = policies {
             let id = KeyIds::of(keys, policy, client);
             return vec![finish(policy, shard.check_one(policy, id, cost, now_us))];
@@ -212,15 +212,14 @@ impl MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// Decides the check of `set` for `client` that `options` describe, here and now.
-    pub(crate) fn start(
-        &self,
-        keys: &KeyScheme,
-        set: &PolicySet,
-        client: &str,
-        options: &Options<'_>,
-    ) -> Started {
-        let cost = options.cost;
+    /// Decides `query` here and now.
+    pub(crate) fn start(&self, query: Query<'_>) -> Started {
+        let Query {
+            keys,
+            set,
+            client,
+            options,
+        } = query;
         let now_us = options.at.unwrap_or_else(Timestamp::now).as_micros();
         // A client with an override is checked by the policies it names.
         let overridden = self.overrides().resolve(keys, set, client, now_us);
@@ -228,9 +227,9 @@ impl MemoryBackend {
         let bans = policies.iter().any(|p| p.ban().is_some());
         let answers = || {
             if bans {
-                return self.check_banning(keys, client, policies, cost, now_us);
+                return self.check_banning(query, policies, now_us);
             }
-            self.check(keys, client, policies, cost, now_us, |_, answer| answer)
+            self.check(query, policies, now_us, |_, answer| answer)
         };
         let (answers, taken_at_us) = match options.once {
             Some((id, window_ms)) => {
@@ -241,7 +240,7 @@ impl MemoryBackend {
             }
             None if !bans => {
                 // The common check: decisions made on the way out, no answers kept.
-                let decisions = self.check(keys, client, policies, cost, now_us, |p, a| {
+                let decisions = self.check(query, policies, now_us, |p, a| {
                     decision(p, a, Reason::Memory)
                 });
                 let decisions = Decisions::new(decisions);
@@ -321,12 +320,11 @@ impl MemoryBackend {
     /// answers the ban's length.
     pub(crate) fn check_banning(
         &self,
-        keys: &KeyScheme,
-        client: &str,
+        query: Query<'_>,
         policies: &[Policy],
-        cost: u64,
         now_us: u64,
     ) -> Vec<Answer> {
+        let Query { keys, client, .. } = query;
         let now = now_us / 1000;
         let mut bans = self.bans.lock();
         let ban_keys: Vec<Option<String>> = policies
@@ -349,11 +347,14 @@ impl MemoryBackend {
                         },
                         *left,
                     ),
-                    None => self.inspect(keys, client, policy, cost, now_us).answer,
+                    None => {
+                        let cost = query.options.cost;
+                        self.inspect(keys, client, policy, cost, now_us).answer
+                    }
                 })
                 .collect()
         } else {
-            self.check(keys, client, policies, cost, now_us, |_, answer| answer)
+            self.check(query, policies, now_us, |_, answer| answer)
         };
         for ((policy, key), answer) in policies.iter().zip(&ban_keys).zip(&mut answers) {
             let (Some(ban), Some(key)) = (policy.ban(), key) else {
@@ -502,7 +503,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{Algorithm, KeyScheme};
+    use crate::{Algorithm, KeyScheme, PolicySet, check_request::Options};
 
     fn gcra() -> Policy {
         Policy::builder("p", Algorithm::Gcra)
@@ -520,16 +521,15 @@ mod tests {
     }
 
     fn hit(backend: &MemoryBackend, policy: &Policy, client: &str, now_ms: u64) -> Answer {
-        let keys = KeyScheme::default();
+        let set = PolicySet::from(policy.clone());
+        let query = Query {
+            keys: &KeyScheme::default(),
+            set: &set,
+            client,
+            options: &Options::default(),
+        };
         backend
-            .check(
-                &keys,
-                client,
-                std::slice::from_ref(policy),
-                1,
-                now_ms * 1000,
-                |_, a| a,
-            )
+            .check(query, &set, now_ms * 1000, |_, a| a)
             .remove(0)
     }
 

@@ -44,9 +44,9 @@ pub(crate) use self::{
     events::{DEAF_BLOCK_US, Heard},
     scripts::{CHECK, source_of},
 };
-use super::{Started, decision, stamp};
+use super::{Query, Started, decision, stamp};
 use crate::{
-    Algorithm, ConfigError, Decisions, Error, ErrorKind, KeyScheme, PolicySet, Reason, Timestamp,
+    Algorithm, ConfigError, Decisions, Error, ErrorKind, KeyScheme, Reason, Timestamp,
     backend::answer::Inspected, check_request::Options, redacted_url,
 };
 
@@ -218,22 +218,15 @@ impl RedisBackend {
         self.inner.pools.is_cluster()
     }
 
-    /// Begins the check of `set` for `client` that `options` describe: sent when the returned
-    /// future is first polled.
-    pub(crate) fn start(
-        &self,
-        keys: &KeyScheme,
-        set: &PolicySet,
-        client: &str,
-        options: &Options<'_>,
-    ) -> Started {
-        let cost = options.cost;
+    /// Begins `query`: sent when the returned future is first polled.
+    pub(crate) fn start(&self, query: Query<'_>) -> Started {
+        let (keys, client, options) = (query.keys, query.client, query.options);
         // Encoded here, so the future owns only what the reply needs.
         let request = Request {
-            cost,
+            cost: options.cost,
             once: options.once,
             reserve: options.reserve,
-            ..Request::new(set, client)
+            ..Request::new(query.set, client)
         };
         let now_us = options.at.map(Timestamp::as_micros);
         let budget = options.budget.unwrap_or(self.inner.budget);
@@ -244,7 +237,7 @@ impl RedisBackend {
             slot: self.slot_of(keys, client),
             deadline: tokio::time::Instant::now() + budget,
         };
-        let (redis, set) = (self.clone(), set.clone());
+        let (redis, set) = (self.clone(), query.set.clone());
         let options = Options {
             once: None,
             ..*options

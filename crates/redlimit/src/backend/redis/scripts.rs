@@ -5,17 +5,29 @@
 use super::protocol::Request;
 use crate::{Algorithm, Policy};
 
-/// The script for one policy of an algorithm: the prelude, that algorithm's file, `$make` (the
-/// Lua making its `decide` and `take`), and the entry for one policy calling them.
+/// The script for one policy of an algorithm: the prelude, the algorithm's file
+/// `lua/$name.lua`, the Lua making its `decide`, `take` and `alone` (`$make`; by default
+/// `$name_functions()` making the first two, for an algorithm with no `alone`), and the entry
+/// for one policy calling them.
 macro_rules! one {
-    ($file:literal, $make:literal) => {
+    ($name:literal, make = $make:expr) => {
         concat!(
             "local SETTLES = false\n",
             include_str!("../../../lua/prelude.lua"),
-            include_str!(concat!("../../../lua/", $file)),
+            include_str!(concat!("../../../lua/", $name, ".lua")),
             $make,
             "\n",
             include_str!("../../../lua/one.lua"),
+        )
+    };
+    ($name:literal) => {
+        one!(
+            $name,
+            make = concat!(
+                "local decide, take = ",
+                $name,
+                "_functions()\nlocal alone = nil"
+            )
         )
     };
 }
@@ -24,29 +36,17 @@ macro_rules! one {
 const fn one_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
         Algorithm::FixedWindow => one!(
-            "fixed_window.lua",
-            "local decide, _, take, _, _, _, alone = fixed_window_functions()"
+            "fixed_window",
+            make = "local decide, _, take, _, _, _, alone = fixed_window_functions()"
         ),
         Algorithm::FixedWindowAnchored => one!(
-            "fixed_window.lua",
-            "local _, decide, _, take = fixed_window_functions()\nlocal alone = nil"
+            "fixed_window",
+            make = "local _, decide, _, take = fixed_window_functions()\nlocal alone = nil"
         ),
-        Algorithm::SlidingWindowLog => one!(
-            "sliding_window_log.lua",
-            "local decide, take = sliding_window_log_functions()\nlocal alone = nil"
-        ),
-        Algorithm::SlidingWindowCounter => one!(
-            "sliding_window_counter.lua",
-            "local decide, take = sliding_window_counter_functions()\nlocal alone = nil"
-        ),
-        Algorithm::TokenBucket => one!(
-            "token_bucket.lua",
-            "local decide, take = token_bucket_functions()\nlocal alone = nil"
-        ),
-        Algorithm::Gcra => one!(
-            "gcra.lua",
-            "local decide, take = gcra_functions()\nlocal alone = nil"
-        ),
+        Algorithm::SlidingWindowLog => one!("sliding_window_log"),
+        Algorithm::SlidingWindowCounter => one!("sliding_window_counter"),
+        Algorithm::TokenBucket => one!("token_bucket"),
+        Algorithm::Gcra => one!("gcra"),
     }
 }
 
