@@ -1,6 +1,6 @@
--- An algorithm's decide, take, settle, and where it has them (fw) alone (its check of one policy
--- decided and taken in one) and untake (alone given back), by its name, made at the call's
--- first policy of it:
+-- An algorithm's decide, take, settle, and where it has them alone (fw, fwa: its check of one
+-- policy decided and taken in one) and untake (fw: alone given back), by its name, made at the
+-- call's first policy of it:
 -- a call that checks one algorithm makes no other's functions (a check of two fixed windows
 -- through this script: 29.1 -> 27.0 us per call, median of 5 runs of `redis-benchmark -P 8
 -- EVALSHA`, against making every algorithm's at every call).
@@ -12,12 +12,12 @@ local function algorithm(name)
   end
   local decide, take, settle, alone, untake
   if name == 'fw' or name == 'fwa' then
-    local aligned, anchored, take_aligned, take_anchored, settle_aligned, settle_anchored
-    aligned, anchored, take_aligned, take_anchored, settle_aligned, settle_anchored, alone, untake =
-      fixed_window_functions()
+    local aligned, anchored, take_aligned, take_anchored, settle_aligned, settle_anchored, alone_anchored
+    aligned, anchored, take_aligned, take_anchored, settle_aligned, settle_anchored, alone, untake,
+      alone_anchored = fixed_window_functions()
     decide, take, settle = aligned, take_aligned, settle_aligned
     if name == 'fwa' then
-      decide, take, settle, alone, untake = anchored, take_anchored, settle_anchored, nil, nil
+      decide, take, settle, alone, untake = anchored, take_anchored, settle_anchored, alone_anchored, nil
     end
   elseif name == 'swl' then
     decide, take, settle = sliding_window_log_functions()

@@ -37,11 +37,12 @@ local function read_sets(argv)
       set[i] = p
     end
     set.plain = #set == 1 and not set[1].overrides and not set[1].ban
-    -- Several policies, each decided and taken by its alone, given back on a denial.
+    -- Several policies, each decided and taken by its alone, given back by its untake on a
+    -- denial.
     set.alone = #set > 1
     for i = 1, #set do
       local p = set[i]
-      set.alone = set.alone and p.alone ~= nil and not p.overrides and not p.ban
+      set.alone = set.alone and p.untake ~= nil and not p.overrides and not p.ban
     end
     sets[s] = set
     a = a + 1

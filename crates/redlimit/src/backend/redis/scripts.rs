@@ -41,7 +41,7 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
         ),
         Algorithm::FixedWindowAnchored => one!(
             "fixed_window",
-            make = "local _, decide, _, take = fixed_window_functions()\nlocal alone = nil"
+            make = "local _, decide, _, take, _, _, _, _, alone = fixed_window_functions()"
         ),
         Algorithm::SlidingWindowLog => one!("sliding_window_log"),
         Algorithm::SlidingWindowCounter => one!("sliding_window_counter"),
