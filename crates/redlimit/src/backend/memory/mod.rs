@@ -160,8 +160,7 @@ impl MemoryBackend {
 
     /// Checks all `policies` (the query's, or its client's override) for the query's client at
     /// `now_us` atomically (the client's keys share a shard, whose lock is held for the whole
-    /// check) and turns each policy's answer into a `T` (a decision)
-    /// on the way out.
+    /// check) and turns each policy's answer into a `T` (a decision) on the way out.
     pub(crate) fn check<T>(
         &self,
         query: Query<'_>,
@@ -324,7 +323,7 @@ impl MemoryBackend {
         policies: &[Policy],
         now_us: u64,
     ) -> Vec<Answer> {
-        let Query { keys, client, .. } = query;
+        let (keys, client, cost) = (query.keys, query.client, query.options.cost);
         let now = now_us / 1000;
         let mut bans = self.bans.lock();
         let ban_keys: Vec<Option<String>> = policies
@@ -347,10 +346,7 @@ impl MemoryBackend {
                         },
                         *left,
                     ),
-                    None => {
-                        let cost = query.options.cost;
-                        self.inspect(keys, client, policy, cost, now_us).answer
-                    }
+                    None => self.inspect(keys, client, policy, cost, now_us).answer,
                 })
                 .collect()
         } else {
