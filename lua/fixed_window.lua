@@ -16,6 +16,12 @@ local function fixed_window_functions()
   -- fw's window numbers below this keep head * PACK + n below 2^53, where the sum INCRBY
   -- replies is exact in a double: windows of 200 ms or more until the year 2255.
   local EXACT_HEADS = 2 ^ 53 / PACK - 1
+  -- Texts of TTLs and counts, and of packed windows by cost then head (a head times PACK can
+  -- pass 2^53): a batch's new windows share them.
+  local text = texts()
+  local packed_text = texts_by(function(cost)
+    return format('%06d', cost)
+  end)
 
   -- The window start, count and whether it is packed at key; nil, nil, false when absent. The
   -- form the limit chooses is read first, the other only when Redis answers WRONGTYPE (state
@@ -97,7 +103,7 @@ local function fixed_window_functions()
   local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, unit)
     local finish = start + window
     if n == 0 and limit < COUNTS and cost < COUNTS then
-      redis.call('SET', key, format('%d%06d', start / unit, cost), 'PX', format('%d', finish - now))
+      redis.call('SET', key, packed_text[cost][start / unit], 'PX', text[finish - now])
     elseif n > 0 and packed and n + cost < COUNTS then
       redis.call('INCRBY', key, cost)
     elseif n > 0 and not packed then
@@ -164,7 +170,7 @@ local function fixed_window_functions()
     if head < index then
       -- No window, or an ended one: this one starts with the cost.
       local finish = (index + 1) * window
-      redis.call('SET', key, format('%d', index * PACK + cost), 'PX', format('%d', finish - now))
+      redis.call('SET', key, text[index * PACK + cost], 'PX', text[finish - now])
       return 1, limit - cost, finish - now, -1
     end
     -- This window, or a later one (a clock that stepped back counts in it).
@@ -198,9 +204,9 @@ local function fixed_window_functions()
       local remaining, reset = window_quota(limit, n, finish, now)
       return 1, remaining, reset, -1
     elseif n > 0 and packed and n + cost < COUNTS then
-      redis.call('INCRBY', key, cost_text or str(cost))
+      redis.call('INCRBY', key, cost_text or text[cost])
     elseif n == 0 and limit < COUNTS then
-      redis.call('SET', key, format('%d%06d', start, cost), 'PX', format('%d', finish - now))
+      redis.call('SET', key, packed_text[cost][start], 'PX', text[finish - now])
     else
       fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, 1)
     end

@@ -16,6 +16,8 @@ local function gcra_functions()
   -- checks mostly share one policy, so they are worked out once (where asked, not in a function
   -- of their own: a call costs as much).
   local at_limit, at_window, interval, suffix = nil, nil, nil, nil
+  -- States by suffix, then TAT; TTLs.
+  local states, ttls = texts_by(function(suffix) return suffix end), texts()
 
   -- The TAT at key at now_us under interval (suffix its ':interval' text): never before now.
   local function gcra_tat(key, interval, suffix, now_us)
@@ -65,7 +67,7 @@ local function gcra_functions()
   local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance, suffix)
     local owed = new_tat - now_us
     local reset = floor((owed + 999) / 1000)
-    redis.call('SET', key, format('%d%s', new_tat, suffix), 'PX', format('%d', reset))
+    redis.call('SET', key, states[suffix][new_tat], 'PX', ttls[reset])
     return floor(max(tolerance - owed, 0) / interval), reset
   end
 

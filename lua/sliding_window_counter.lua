@@ -4,6 +4,7 @@
 -- Made by sliding_window_counter_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's.
 local function sliding_window_counter_functions()
+  local text = texts()
   local function counter_quota(limit, window, elapsed, shift, prev, curr)
     local reset = 0
     if curr > 0 then
@@ -73,10 +74,10 @@ local function sliding_window_counter_functions()
     local index, elapsed, shift = counter_position(div(now_us, 1000), window, stored)
     if same == 1 then
       -- Same window: the state's deadline (the end of the next window) has not moved.
-      redis.call('HINCRBY', key, 'c', format('%d', cost))
+      redis.call('HINCRBY', key, 'c', text[cost])
     else
-      redis.call('HSET', key, 'w', format('%d', index), 'p', format('%d', prev), 'c', format('%d', curr + cost))
-      redis.call('PEXPIRE', key, format('%d', shift + 2 * window - elapsed))
+      redis.call('HSET', key, 'w', text[index], 'p', text[prev], 'c', text[curr + cost])
+      redis.call('PEXPIRE', key, text[shift + 2 * window - elapsed])
     end
     return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
   end

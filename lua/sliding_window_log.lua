@@ -3,6 +3,7 @@
 -- Made by sliding_window_log_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's.
 local function sliding_window_log_functions()
+  local text = texts()
   local function log_score(key, reply)
     return int(key, reply[2])
   end
@@ -12,11 +13,11 @@ local function sliding_window_log_functions()
     -- Entries that left the window are skipped here and trimmed only by an admitted check, so
     -- that a denial or a peek writes nothing and an admission's first write is its ZADD, which
     -- Redis refuses when it is out of memory.
-    local expired = redis.call('ZCOUNT', key, '-inf', now - window)
+    local expired = redis.call('ZCOUNT', key, '-inf', text[now - window])
     local count = redis.call('ZCARD', key) - expired
     local newest, reset = -1, 0
     if count > 0 then
-      newest = log_score(key, redis.call('ZRANGE', key, -1, -1, 'WITHSCORES'))
+      newest = log_score(key, redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES'))
       reset = newest + window - now
     end
     local remaining = max(limit - count, 0)
@@ -25,7 +26,7 @@ local function sliding_window_log_functions()
     elseif count + cost > limit then
       -- The oldest count + cost - limit entries in the window must leave it first.
       local rank = expired + count + cost - limit - 1
-      local last = log_score(key, redis.call('ZRANGE', key, rank, rank, 'WITHSCORES'))
+      local last = log_score(key, redis.call('ZRANGE', key, text[rank], text[rank], 'WITHSCORES'))
       return 0, remaining, reset, last + window - now
     end
     return 1, remaining, reset, -1, count, newest, expired
@@ -33,7 +34,7 @@ local function sliding_window_log_functions()
 
   local function sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest, expired)
     local now = div(now_us, 1000)
-    local stamp = str(now)
+    local stamp = text[now]
     -- Members are numbered from the count in the window: at one millisecond that count only
     -- grows, so numbers do not repeat while time moves forward. Should time step back onto a
     -- used number, ZADD adds fewer than asked and numbering goes on past it.
@@ -42,16 +43,16 @@ local function sliding_window_log_functions()
       local batch = {}
       for _ = 1, min(cost - added, 500) do
         batch[#batch + 1] = stamp
-        batch[#batch + 1] = stamp .. ':' .. str(number)
+        batch[#batch + 1] = stamp .. ':' .. text[number]
         number = number + 1
       end
       added = added + redis.call('ZADD', key, unpack(batch))
     end
     if expired > 0 then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', text[now - window])
     end
     local reset = max(newest, now) + window - now
-    redis.call('PEXPIRE', key, reset)
+    redis.call('PEXPIRE', key, text[reset])
     return limit - count - cost, reset
   end
 

@@ -27,6 +27,11 @@ local function token_bucket_functions()
   end
 
   -- The ms of the last now_us asked: a call's checks share one time.
+  -- States by last, then used; TTLs.
+  local states = texts_by(function(last)
+    return ':' .. str(last)
+  end)
+  local ttls = texts()
   local at_us, at_ms = nil, nil
   local function token_bucket(key, rate, window, burst, now_us, cost)
     if now_us ~= at_us then
@@ -52,7 +57,7 @@ local function token_bucket_functions()
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
     if reset > 0 then
-      redis.call('SET', key, format('%d:%d', used, last), 'PX', format('%d', reset))
+      redis.call('SET', key, states[last][used], 'PX', ttls[reset])
     else
       -- Nothing taken: a full bucket, as an absent key is.
       redis.call('DEL', key)
