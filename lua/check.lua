@@ -76,7 +76,7 @@ local function decide_requests(out, kept, a)
       now_us = now_us or clock(ARGV[1])
       local allowed, remaining, reset, retry, b, c, d, e
       if p.alone then
-        allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost, cost_text)
+        allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost, cost_text, p.slack)
       else
         allowed, remaining, reset, retry, b, c, d, e = p.decide(key, p.limit, p.window, p.burst, now_us, cost, p.slack)
         if allowed == 1 and cost > 0 then

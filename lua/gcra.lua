@@ -39,10 +39,21 @@ local function gcra_functions()
     return tat
   end
 
+  local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance, suffix)
+    local owed = new_tat - now_us
+    local reset = floor((owed + 999) / 1000)
+    redis.call('SET', key, states[suffix][new_tat], 'PX', ttls[reset])
+    return floor(max(tolerance - owed, 0) / interval), reset
+  end
+
   -- GCRA admitting a request whose slot is at most slack_us away. Admitted: retry is the wait in
   -- ms until its slot (-1 without slack); denied: the wait until its slot is within slack_us.
-  -- slack_us: delay mode's longest wait for a slot (nil or 0 rejects instead).
-  local function gcra(key, limit, window, burst, now_us, cost, slack_us)
+  -- slack_us: delay mode's longest wait for a slot (nil or 0 rejects instead). A check of one
+  -- policy (alone, check.lua's and one.lua's): an admission taken at once, replying the quota
+  -- after it, as decide then take would; with only_decide (decide), nothing taken, and what take
+  -- needs returned. Instructions per decision, alone against decide then take (64 per call,
+  -- 10,000 keys, 1,500 calls, callgrind): 34,295 -> 31,763.
+  local function gcra_alone(key, limit, window, burst, now_us, cost, _, slack_us, only_decide)
     slack_us = slack_us or 0
     if limit ~= at_limit or window ~= at_window then
       at_limit, at_window, interval = limit, window, ceil_div(window * 1000, limit)
@@ -50,25 +61,30 @@ local function gcra_functions()
     end
     local tolerance = burst * interval
     local owed = gcra_tat(key, interval, suffix, now_us) - now_us
-    local remaining, reset = floor(max(tolerance - owed, 0) / interval), floor((owed + 999) / 1000)
     local new_owed = owed + cost * interval
+    local allowed, wait = 1, -1
     if cost > burst then
-      return 0, remaining, reset, NEVER
+      allowed, wait = 0, NEVER
     elseif new_owed > tolerance + slack_us then
-      return 0, remaining, reset, floor((new_owed - tolerance - slack_us + 999) / 1000)
-    end
-    local wait = -1
-    if slack_us > 0 then
+      allowed, wait = 0, floor((new_owed - tolerance - slack_us + 999) / 1000)
+    elseif slack_us > 0 then
       wait = floor((max(new_owed - tolerance, 0) + 999) / 1000)
+    end
+    if allowed == 1 and cost > 0 and not only_decide then
+      -- gcra_take's write, here to save a call.
+      local reset = floor((new_owed + 999) / 1000)
+      redis.call('SET', key, states[suffix][now_us + new_owed], 'PX', ttls[reset])
+      return 1, floor(max(tolerance - new_owed, 0) / interval), reset, wait
+    end
+    local remaining, reset = floor(max(tolerance - owed, 0) / interval), floor((owed + 999) / 1000)
+    if allowed == 0 then
+      return 0, remaining, reset, wait
     end
     return 1, remaining, reset, wait, now_us + new_owed, interval, tolerance, suffix
   end
 
-  local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance, suffix)
-    local owed = new_tat - now_us
-    local reset = floor((owed + 999) / 1000)
-    redis.call('SET', key, states[suffix][new_tat], 'PX', ttls[reset])
-    return floor(max(tolerance - owed, 0) / interval), reset
+  local function gcra(key, limit, window, burst, now_us, cost, slack_us)
+    return gcra_alone(key, limit, window, burst, now_us, cost, nil, slack_us, true)
   end
 
   -- Moves the TAT back by cost intervals, never before now (a TAT already past owes nothing);
@@ -92,5 +108,5 @@ local function gcra_functions()
     end
     return 1
   end
-  return gcra, gcra_take, gcra_settle
+  return gcra, gcra_take, gcra_settle, gcra_alone
 end

@@ -24,7 +24,7 @@ end
 local now_us = clock(ARGV[1])
 local allowed, remaining, reset, retry, b, c, d, e
 if alone then
-  allowed, remaining, reset, retry = alone(key, limit, window, burst, now_us, cost)
+  allowed, remaining, reset, retry = alone(key, limit, window, burst, now_us, cost, nil, slack)
 else
   allowed, remaining, reset, retry, b, c, d, e = decide(key, limit, window, burst, now_us, cost, slack)
   if allowed == 1 and cost > 0 then

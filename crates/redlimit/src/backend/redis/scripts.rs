@@ -46,7 +46,10 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
         Algorithm::SlidingWindowLog => one!("sliding_window_log"),
         Algorithm::SlidingWindowCounter => one!("sliding_window_counter"),
         Algorithm::TokenBucket => one!("token_bucket"),
-        Algorithm::Gcra => one!("gcra"),
+        Algorithm::Gcra => one!(
+            "gcra",
+            make = "local decide, take, _, alone = gcra_functions()"
+        ),
     }
 }
 
