@@ -26,33 +26,11 @@ local function token_bucket_functions()
     return used - (now - last) * rate, now
   end
 
-  -- The ms of the last now_us asked: a call's checks share one time.
   -- States by last, then used; TTLs.
   local states = texts_by(function(last)
     return ':' .. str(last)
   end)
   local ttls = texts()
-  local at_us, at_ms = nil, nil
-  local function token_bucket(key, rate, window, burst, now_us, cost)
-    if now_us ~= at_us then
-      at_us, at_ms = now_us, div(now_us, 1000)
-    end
-    local now = at_ms
-    local full = burst * window
-    local used, last = bucket_now(key, rate, now)
-    -- Refills count from last, which is later than now when time stepped back: every wait
-    -- starts there.
-    local lag = last - now
-    local room = full - used
-    local remaining, reset = div(max(room, 0), window), lag + ceil_div(used, rate)
-    local needed = cost * window
-    if cost > burst then
-      return 0, remaining, reset, NEVER
-    elseif needed > room then
-      return 0, remaining, reset, lag + ceil_div(needed - room, rate)
-    end
-    return 1, remaining, reset, -1, used + needed, last, lag
-  end
 
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
@@ -63,6 +41,40 @@ local function token_bucket_functions()
       redis.call('DEL', key)
     end
     return div(max(burst * window - used, 0), window), reset
+  end
+
+  -- The ms of the last now_us asked: a call's checks share one time.
+  local at_us, at_ms = nil, nil
+  -- A check of one policy (alone, check.lua's and one.lua's): an admission taken at once,
+  -- replying the quota after it, as decide then take would; with only_decide (decide), nothing
+  -- taken, and what take needs returned. Instructions per decision, alone against decide then
+  -- take (64 per call, 10,000 keys, 1,500 calls, callgrind): 36,553 -> 33,302.
+  local function token_bucket_alone(key, rate, window, burst, now_us, cost, _, _, only_decide)
+    if now_us ~= at_us then
+      at_us, at_ms = now_us, div(now_us, 1000)
+    end
+    local now = at_ms
+    local used, last = bucket_now(key, rate, now)
+    -- Refills count from last, which is later than now when time stepped back: every wait
+    -- starts there.
+    local lag = last - now
+    local room = burst * window - used
+    local needed = cost * window
+    if cost <= burst and needed <= room and cost > 0 and not only_decide then
+      local remaining, reset = token_bucket_take(key, rate, window, burst, now_us, cost, used + needed, last, lag)
+      return 1, remaining, reset, -1
+    end
+    local remaining, reset = div(max(room, 0), window), lag + ceil_div(used, rate)
+    if cost > burst then
+      return 0, remaining, reset, NEVER
+    elseif needed > room then
+      return 0, remaining, reset, lag + ceil_div(needed - room, rate)
+    end
+    return 1, remaining, reset, -1, used + needed, last, lag
+  end
+
+  local function token_bucket(key, rate, window, burst, now_us, cost)
+    return token_bucket_alone(key, rate, window, burst, now_us, cost, nil, nil, true)
   end
 
   -- Puts cost tokens back, never above the capacity; without at_us, takes cost more, past it.
@@ -81,5 +93,5 @@ local function token_bucket_functions()
     token_bucket_take(key, rate, window, burst, now_us, cost, used, last, last - now)
     return 1
   end
-  return token_bucket, token_bucket_take, token_bucket_settle
+  return token_bucket, token_bucket_take, token_bucket_settle, token_bucket_alone
 end

@@ -45,7 +45,10 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
         ),
         Algorithm::SlidingWindowLog => one!("sliding_window_log"),
         Algorithm::SlidingWindowCounter => one!("sliding_window_counter"),
-        Algorithm::TokenBucket => one!("token_bucket"),
+        Algorithm::TokenBucket => one!(
+            "token_bucket",
+            make = "local decide, take, _, alone = token_bucket_functions()"
+        ),
         Algorithm::Gcra => one!(
             "gcra",
             make = "local decide, take, _, alone = gcra_functions()"
