@@ -86,7 +86,7 @@ local function decide_requests(out, kept, a)
       out[done + 1], out[done + 2], out[done + 3], out[done + 4] = allowed, remaining, reset, retry
     else
       local cost, reserve, once_window, idem, stored
-      cost, set, reserve, once_window, _, a = read_request(ARGV, a)
+      cost, set, reserve, once_window, _, a = read_request(ARGV, a, number)
       set = sets[set]
       if once_window then
         idem = KEYS[k]

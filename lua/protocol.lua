@@ -52,9 +52,10 @@ end
 
 -- The request whose arguments start at argv[a]: its cost, its set's number, whether it is a
 -- reservation, the request id's window (ms) or nil, the reservation's time (us) or nil, and
--- where the next request begins.
-local function read_request(argv, a)
-  local cost, head = tonumber(argv[a]), tonumber(argv[a + 1])
+-- where the next request begins. number: tonumber, or one that keeps what it converted.
+local function read_request(argv, a, number)
+  number = number or tonumber
+  local cost, head = number(argv[a]), number(argv[a + 1])
   local flags = head % 8
   a = a + 2
   local once_window, taken_at = nil, nil
