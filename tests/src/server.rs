@@ -52,23 +52,32 @@ impl RedisServer {
 
     /// Starts a server on a chosen port with extra command-line settings.
     pub fn start_on_port_with(port: u16, extra: &[&str]) -> Self {
-        Self::launch(&redis_server_binary(), Some(port), None, extra)
+        Self::launch(&[&redis_server_binary()], Some(port), None, extra)
             .unwrap_or_else(|message| panic!("{message}"))
     }
 
     /// Starts a Sentinel on a chosen port whose configuration file holds `config`.
     pub fn start_sentinel(port: u16, config: &str) -> Self {
-        Self::launch(&redis_server_binary(), Some(port), Some(config), &[])
+        Self::launch(&[&redis_server_binary()], Some(port), Some(config), &[])
             .unwrap_or_else(|message| panic!("{message}"))
     }
 
     /// Starts `binary` with `extra` settings; the error says what went wrong, with the log.
     pub fn try_start(binary: &str, extra: &[&str]) -> Result<Self, String> {
-        Self::launch(binary, None, None, extra)
+        Self::launch(&[binary], None, None, extra)
     }
 
+    /// Starts the server under a program that runs it, such as `["valgrind",
+    /// "--tool=callgrind"]`: `wrapper`, then the server's binary and its settings.
+    pub fn try_start_under(wrapper: &[&str], extra: &[&str]) -> Result<Self, String> {
+        let binary = redis_server_binary();
+        let program: Vec<&str> = wrapper.iter().copied().chain([binary.as_str()]).collect();
+        Self::launch(&program, None, None, extra)
+    }
+
+    /// Runs `program` (a command line ending with the server's binary) on a free port.
     fn launch(
-        binary: &str,
+        program: &[&str],
         port: Option<u16>,
         sentinel: Option<&str>,
         extra: &[&str],
@@ -78,7 +87,7 @@ impl RedisServer {
         for _ in 0..3 {
             let port = port.unwrap_or_else(free_port);
             let dir = temp_dir();
-            let mut child = spawn(binary, port, &dir, sentinel, extra)?;
+            let mut child = spawn(program, port, &dir, sentinel, extra)?;
             match wait_ready(&mut child, port) {
                 Ok(()) => return Ok(Self { child, port, dir }),
                 Err(why) => {
@@ -154,7 +163,7 @@ impl Drop for RedisServer {
 }
 
 fn spawn(
-    binary: &str,
+    program: &[&str],
     port: u16,
     dir: &Path,
     sentinel: Option<&str>,
@@ -163,7 +172,9 @@ fn spawn(
     let output = |name: &str| {
         fs::File::create(dir.join(name)).map_err(|err| format!("creating {name}: {err}"))
     };
+    let (binary, rest) = program.split_first().ok_or("no program to run")?;
     let mut command = Command::new(binary);
+    command.args(rest);
     if let Some(config) = sentinel {
         // Sentinel rewrites its configuration file, so it must be a file of its own.
         let path = dir.join("sentinel.conf");

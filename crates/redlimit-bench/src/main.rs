@@ -8,6 +8,7 @@ mod decisions;
 mod drive;
 mod flood;
 mod http;
+mod instructions;
 mod memory_table;
 mod report;
 mod saturate;
@@ -18,10 +19,11 @@ use std::process::ExitCode;
 use redlimit_tests::RedisServer;
 
 const USAGE: &str =
-    "usage: redlimit-bench [--mode all|decisions|saturation|saturate|http|flood|memory|accuracy]
-  [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R] [--workers W]
-  [--chart PATH]
+    "usage: redlimit-bench [--mode all|decisions|saturation|saturate|http|flood|memory|accuracy|
+  instructions] [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R]
+  [--workers W] [--chart PATH]
 accuracy (not part of all) needs no Redis and draws its SVG to PATH (docs/accuracy.svg);
+instructions (not part of all) runs a redis-server of its own under valgrind's callgrind;
 defaults: all modes, N = 200000, C = 64, K = 10000, R = 24 rounds, W = 1 tokio worker,
 limit 100 per 60 s, and a redis-server of its own";
 
@@ -82,6 +84,7 @@ impl Settings {
             "flood",
             "memory",
             "accuracy",
+            "instructions",
         ]
         .contains(&settings.mode.as_str())
         {
@@ -110,6 +113,9 @@ fn main() -> ExitCode {
     };
     if settings.mode == "accuracy" {
         return accuracy(&settings.chart);
+    }
+    if settings.mode == "instructions" {
+        return instructions(&settings);
     }
     let own_server = settings.redis.is_none().then(RedisServer::start);
     let url = settings
@@ -235,4 +241,21 @@ fn accuracy(chart: &str) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `--mode instructions`: every saturation contender's instructions per decision.
+fn instructions(settings: &Settings) -> ExitCode {
+    if !instructions::available() {
+        eprintln!(
+            "redlimit-bench: --mode instructions needs valgrind and callgrind_control \
+             (Debian: apt-get install valgrind)"
+        );
+        return ExitCode::from(1);
+    }
+    println!(
+        "redlimit-bench: N = {} counted decisions per contender after 5 K to warm up, K = {}",
+        settings.decisions, settings.keys
+    );
+    instructions::print(&instructions::run(settings));
+    ExitCode::SUCCESS
 }

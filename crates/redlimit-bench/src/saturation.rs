@@ -31,7 +31,7 @@ const ZIPF_S: f64 = 1.1;
 
 /// One way of deciding.
 #[derive(Clone)]
-enum Contender {
+pub(crate) enum Contender {
     /// The naive script by `EVALSHA`, one call per decision: what a user writes.
     Naive { url: String, sha1: String },
     /// redlimit checking `set` (each thread builds its own limiter on `url`).
@@ -55,7 +55,7 @@ fn generous(algorithm: Algorithm) -> Policy {
         .expect("a valid policy")
 }
 
-fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)> {
+pub(crate) fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)> {
     let mut all = vec![(
         NAIVE.to_owned(),
         Contender::Naive {
@@ -90,13 +90,13 @@ fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)> {
 
 /// Which client each check is for: uniform, or Zipf over `keys` ranks (inverse CDF).
 #[derive(Clone)]
-struct Keys {
+pub(crate) struct Keys {
     cdf: Option<Arc<[f64]>>,
     keys: usize,
 }
 
 impl Keys {
-    fn uniform(keys: usize) -> Self {
+    pub(crate) fn uniform(keys: usize) -> Self {
         Self { cdf: None, keys }
     }
 
@@ -227,17 +227,15 @@ fn thread(
     })
 }
 
-/// One contender on one key distribution: its row.
-fn measure(
-    name: &str,
+/// `decisions` checks of `contender` from [`THREADS`] client threads: each check's latency (µs),
+/// and how long they took.
+pub(crate) fn drive(
     contender: &Contender,
     keys: &Keys,
     clients: &Arc<[String]>,
     decisions: usize,
-    admin: &mut redis::Connection,
-) -> Row {
+) -> (Vec<u32>, Duration) {
     let left = Arc::new(AtomicUsize::new(decisions));
-    let (cpu, before) = (server_cpu(admin), script_calls(admin));
     let started = Instant::now();
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -254,7 +252,20 @@ fn measure(
     for thread in threads {
         latencies.extend(thread.join().expect("a client thread"));
     }
-    let elapsed = started.elapsed();
+    (latencies, started.elapsed())
+}
+
+/// One contender on one key distribution: its row.
+fn measure(
+    name: &str,
+    contender: &Contender,
+    keys: &Keys,
+    clients: &Arc<[String]>,
+    decisions: usize,
+    admin: &mut redis::Connection,
+) -> Row {
+    let (cpu, before) = (server_cpu(admin), script_calls(admin));
+    let (mut latencies, elapsed) = drive(contender, keys, clients, decisions);
     let (cpu, after) = (server_cpu(admin) - cpu, script_calls(admin));
     let (calls, usec) = (after.commands - before.commands, after.usec - before.usec);
     latencies.sort_unstable();
