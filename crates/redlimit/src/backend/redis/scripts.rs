@@ -7,8 +7,8 @@ use crate::{Algorithm, Policy};
 
 /// The script for one policy of an algorithm: the prelude, the algorithm's file
 /// `lua/$name.lua`, the Lua making its `decide`, `take` and `alone` (`$make`; by default
-/// `$name_functions()` making the first two, for an algorithm with no `alone`), and the entry
-/// for one policy calling them.
+/// `$name_functions()` returning them first, second and fourth, `alone` nil for an algorithm
+/// without one), and the entry for one policy calling them.
 macro_rules! one {
     ($name:literal, make = $make:expr) => {
         concat!(
@@ -23,11 +23,7 @@ macro_rules! one {
     ($name:literal) => {
         one!(
             $name,
-            make = concat!(
-                "local decide, take = ",
-                $name,
-                "_functions()\nlocal alone = nil"
-            )
+            make = concat!("local decide, take, _, alone = ", $name, "_functions()")
         )
     };
 }
@@ -45,14 +41,8 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
         ),
         Algorithm::SlidingWindowLog => one!("sliding_window_log"),
         Algorithm::SlidingWindowCounter => one!("sliding_window_counter"),
-        Algorithm::TokenBucket => one!(
-            "token_bucket",
-            make = "local decide, take, _, alone = token_bucket_functions()"
-        ),
-        Algorithm::Gcra => one!(
-            "gcra",
-            make = "local decide, take, _, alone = gcra_functions()"
-        ),
+        Algorithm::TokenBucket => one!("token_bucket"),
+        Algorithm::Gcra => one!("gcra"),
     }
 }
 
