@@ -1,5 +1,5 @@
--- An algorithm's decide, take, settle, and where it has them alone (fw, fwa, tb, gcra: its check
--- of one policy decided and taken in one) and untake (fw: alone given back), by its name, made at the
+-- An algorithm's decide, take, settle, and where it has them alone (all but swl: its check of
+-- one policy decided and taken in one) and untake (fw: alone given back), by its name, made at the
 -- call's first policy of it:
 -- a call that checks one algorithm makes no other's functions (a check of two fixed windows
 -- through this script: 29.1 -> 27.0 us per call, median of 5 runs of `redis-benchmark -P 8
@@ -22,7 +22,7 @@ local function algorithm(name)
   elseif name == 'swl' then
     decide, take, settle = sliding_window_log_functions()
   elseif name == 'swc' then
-    decide, take, settle = sliding_window_counter_functions()
+    decide, take, settle, alone = sliding_window_counter_functions()
   elseif name == 'tb' then
     decide, take, settle, alone = token_bucket_functions()
   elseif name == 'gcra' then

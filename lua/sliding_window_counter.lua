@@ -56,22 +56,12 @@ local function sliding_window_counter_functions()
     elseif stored ~= nil and stored + 1 == index then
       prev = c
     end
-    return prev, curr, same, stored, elapsed, shift
+    return prev, curr, same, stored, elapsed, shift, index
   end
 
-  local function sliding_window_counter(key, limit, window, burst, now_us, cost)
-    local prev, curr, same, stored, elapsed, shift = counter_now(key, window, div(now_us, 1000))
-    local remaining, reset = counter_quota(limit, window, elapsed, shift, prev, curr)
-    if cost > limit then
-      return 0, remaining, reset, NEVER
-    elseif prev * (window - elapsed) + (curr + cost) * window > limit * window then
-      return 0, remaining, reset, shift + counter_retry(limit, window, elapsed, prev, curr, cost)
-    end
-    return 1, remaining, reset, -1, same, prev, curr, stored
-  end
-
-  local function sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr, stored)
-    local index, elapsed, shift = counter_position(div(now_us, 1000), window, stored)
+  -- Adds cost to the window at index, kept (same) or new (prev carried over, curr counted
+  -- before), the key kept until that window's successor ends.
+  local function counter_add(key, window, cost, same, index, prev, curr, elapsed, shift)
     if same == 1 then
       -- Same window: the state's deadline (the end of the next window) has not moved.
       redis.call('HINCRBY', key, 'c', text[cost])
@@ -79,12 +69,44 @@ local function sliding_window_counter_functions()
       redis.call('HSET', key, 'w', text[index], 'p', text[prev], 'c', text[curr + cost])
       redis.call('PEXPIRE', key, text[shift + 2 * window - elapsed])
     end
+  end
+
+  -- The ms of the last now_us asked: a call's checks share one time.
+  local at_us, at_ms = nil, nil
+  -- A check of one policy (alone, check.lua's and one.lua's): an admission taken at once,
+  -- replying the quota after it, as decide then take would; with only_decide (decide), nothing
+  -- taken, and what take needs returned. Instructions per decision, alone against decide then
+  -- take (64 per call, 10,000 keys, 1,500 calls, callgrind): 56,219 -> 47,951.
+  local function sliding_window_counter_alone(key, limit, window, burst, now_us, cost, _, _, only_decide)
+    if now_us ~= at_us then
+      at_us, at_ms = now_us, div(now_us, 1000)
+    end
+    local prev, curr, same, stored, elapsed, shift, index = counter_now(key, window, at_ms)
+    local admitted = cost <= limit and prev * (window - elapsed) + (curr + cost) * window <= limit * window
+    if admitted and cost > 0 and not only_decide then
+      counter_add(key, window, cost, same, index, prev, curr, elapsed, shift)
+      local remaining, reset = counter_quota(limit, window, elapsed, shift, prev, curr + cost)
+      return 1, remaining, reset, -1
+    end
+    local remaining, reset = counter_quota(limit, window, elapsed, shift, prev, curr)
+    if cost > limit then
+      return 0, remaining, reset, NEVER
+    elseif not admitted then
+      return 0, remaining, reset, shift + counter_retry(limit, window, elapsed, prev, curr, cost)
+    end
+    return 1, remaining, reset, -1, same, prev, curr, stored
+  end
+
+  local function sliding_window_counter(key, limit, window, burst, now_us, cost)
+    return sliding_window_counter_alone(key, limit, window, burst, now_us, cost, nil, nil, true)
+  end
+
+  local function sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr, stored)
+    local index, elapsed, shift = counter_position(div(now_us, 1000), window, stored)
+    counter_add(key, window, cost, same, index, prev, curr, elapsed, shift)
     return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
   end
 
-  -- Gives back to the window holding at_us, current or (since then) previous; without at_us,
-  -- counts cost more in the current window, past the limit (capped so that every weighted
-  -- count stays exact in a double).
   local sliding_window_counter_settle = SETTLES and function(key, limit, window, burst, now_us, cost, at_us)
     if not at_us then
       local prev, curr, same, stored = counter_now(key, window, div(now_us, 1000))
@@ -103,5 +125,6 @@ local function sliding_window_counter_functions()
     end
     return 1
   end
-  return sliding_window_counter, sliding_window_counter_take, sliding_window_counter_settle
+  return sliding_window_counter, sliding_window_counter_take, sliding_window_counter_settle,
+    sliding_window_counter_alone
 end
