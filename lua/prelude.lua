@@ -3,8 +3,8 @@
 -- arguments), settle.lua gives a reservation back or charges more, inspect.lua reads without writing. Only
 -- entries read KEYS and ARGV; everything else takes them as parameters.
 --
--- An algorithm is three functions over plain numbers, so a check builds no closures or plan
--- tables:
+-- An algorithm is three or four functions over plain numbers, so a check builds no closures or
+-- plan tables:
 --   decide(key, limit, window_ms, burst, now_us, cost) -> allowed (1/0), remaining, reset (ms),
 --     retry (ms: -1 when allowed, -2 when the cost can never pass), then up to four numbers
 --     that take needs. It writes nothing (the sliding log trims expired entries).
@@ -14,6 +14,12 @@
 --     cost, only to the state a reservation taken at at_us counted in, never below empty), else
 --     0; with at_us nil, takes cost now even past the limit (the client then waits for the debt
 --     to refill) and returns 1.
+--   alone(key, limit, window_ms, burst, now_us, cost, cost_text, slack_us) -> allowed,
+--     remaining, reset, retry: a check of one policy decided and, admitted, taken in one, replying
+--     as decide then take would (every algorithm but the sliding log). Its state is read once and
+--     an admission written once, with nothing handed from decide to take: what a batched check
+--     costs Redis falls by 7-15% (callgrind). Where decide is alone with a ninth parameter,
+--     only_decide, set, it writes nothing and returns what take needs.
 -- Stored state means the same under any limit or burst (counts and times, not what is left), so
 -- a changed limit reads it as it stands.
 -- GCRA's decide takes a seventh parameter, the slack (us) of delay mode. settle is made only in
@@ -105,6 +111,15 @@ local function div(a, b)
     q = q + 1
   end
   return q
+end
+
+-- now_us in ms, worked out once per time: a call's checks share one.
+local ms_us, ms = nil, nil
+local function ms_of(now_us)
+  if now_us ~= ms_us then
+    ms_us, ms = now_us, div(now_us, 1000)
+  end
+  return ms
 end
 
 -- ceil(a / b) for integers and b > 0, corrected alike: its own body, as a call to div would
