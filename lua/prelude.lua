@@ -31,9 +31,9 @@
 -- significant digits, so a number joined into a string goes through str (or format's %d) first.
 -- The paths every check takes hand redis.call texts (format('%d', n), kept per call), not n:
 -- %.17g costs some 800 instructions more (callgrind, GCRA in batches of 64: 37,900 -> 37,350
--- per decision). A key of the
--- wrong type fails its redis.call with WRONGTYPE, which the client reports as corrupt state
--- (only a fixed window, whose form follows its count, reads the other form on WRONGTYPE).
+-- per decision). A key of the wrong type fails its redis.call with WRONGTYPE, which the client
+-- reports as corrupt state (only a fixed window, whose form follows its count, reads the other
+-- form on WRONGTYPE).
 
 local NEVER = -2
 -- The protocol's flags (see protocol.lua): a request's, then a policy's. Flags holds flag when

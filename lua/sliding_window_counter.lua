@@ -100,6 +100,9 @@ local function sliding_window_counter_functions()
     return counter_quota(limit, window, elapsed, shift, prev, curr + cost)
   end
 
+  -- Gives back to the window holding at_us, current or (since then) previous; without at_us,
+  -- counts cost more in the current window, past the limit (capped so that every weighted
+  -- count stays exact in a double).
   local sliding_window_counter_settle = SETTLES and function(key, limit, window, burst, now_us, cost, at_us)
     if not at_us then
       local prev, curr, same, stored = counter_now(key, window, div(now_us, 1000))

@@ -2,8 +2,8 @@
 //! against a redis-server run under callgrind (valgrind), which counts every instruction the
 //! server process executes while a contender's checks run: parsing, scripts, replies. CPU time
 //! on a shared machine moved by a third between runs here, a count by at most 8%, so a change's
-//! effect on Redis shows before a noisy saturation run can show it. Uniform keys; each contender warmed up first (its scripts
-//! loaded, its clients' state written), then counted.
+//! effect on Redis shows before a noisy saturation run can show it. Uniform keys; each
+//! contender warmed up first (its scripts loaded, its clients' state written), then counted.
 
 use std::{fs, path::PathBuf, process::Command, sync::Arc};
 
