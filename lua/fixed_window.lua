@@ -1,8 +1,8 @@
 -- Fixed window, aligned (fw: windows start at multiples of the window) or anchored (fwa: the
 -- window starts at the client's first hit). A window whose count stays below COUNTS is one
 -- string, its head and the count in six digits (head * 10^6 + n): the head is the window's
--- number (start / window) for fw, its start in ms for fwa. Redis counts it in 64-bit integers,
--- exact until the year 2262. A window created under a limit of COUNTS or more, or whose count
+-- number (start / window) for fw; for fwa its start in ms, or in the short form its start's
+-- remainder (see SPAN). Redis counts it in 64-bit integers, exact until the year 2262. A window created under a limit of COUNTS or more, or whose count
 -- reaches COUNTS (a settle charging past the limit), is a hash: s = start (ms), n = count.
 -- Either form is read under any limit, so a changed limit keeps the count. The TTL is set when a
 -- window's counter is created and never extended.
@@ -16,6 +16,17 @@ local function fixed_window_functions()
   -- fw's window numbers below this keep head * PACK + n below 2^53, where the sum INCRBY
   -- replies is exact in a double: windows of 200 ms or more until the year 2255.
   local EXACT_HEADS = 2 ^ 53 / PACK - 1
+  -- fwa's short form, written at Redis TIME for windows of at most SHORT_WINDOWS: its head is
+  -- the start mod SPAN (SPAN for a remainder of 0, so that a head of 0 stays no window), so that
+  -- head * PACK + n stays below 2^53 and INCRBY replies it exactly: an admission is one INCRBY,
+  -- as fw's (a start in ms is 13 digits, times PACK past 2^53). A short head is read as the
+  -- start nearest now with its remainder, exact while the start lies within SPAN / 2 (46 days)
+  -- of now: Redis time keeps it there (the key lives one window; a clock stepped back by less
+  -- than that still counts in the window), a client's `at` may jump anywhere, so a window made
+  -- at an `at`, or longer than SHORT_WINDOWS, keeps its start whole (13 digits or more, over
+  -- SPAN; a start within SPAN of 1970 is read as short).
+  local SPAN = 8 * 10 ^ 9
+  local SHORT_WINDOWS = SPAN / 2
   -- Texts of TTLs and counts, and of packed windows by cost then head (a head times PACK can
   -- pass 2^53): a batch's new windows share them.
   local text = texts()
@@ -23,11 +34,36 @@ local function fixed_window_functions()
     return format('%06d', cost)
   end)
 
-  -- The window start, count and whether it is packed at key; nil, nil, false when absent. The
-  -- form the limit chooses is read first, the other only when Redis answers WRONGTYPE (state
-  -- kept from a limit on the other side of COUNTS). unit: ms per head (the window for fw, 1 for
-  -- fwa).
-  local function window_state(key, limit, unit)
+  -- The start (ms) of fwa's window whose head is head, read at now (ms).
+  local function anchored_start(head, now)
+    if head == 0 or head > SPAN then
+      return head
+    end
+    -- Exact: |head - now| < 2^53, and a quotient by SPAN lies at least 1 / SPAN from the
+    -- nearest integer, far beyond a double's rounding.
+    local ahead = (head - now) % SPAN
+    if ahead > SPAN / 2 then
+      ahead = ahead - SPAN
+    end
+    return now + ahead
+  end
+
+  -- The head a new window starting at start (ms) is written with. unit: ms per head (the
+  -- window for fw, 1 for fwa).
+  local function head_of(start, window, unit)
+    if unit ~= 1 then
+      return start / unit
+    elseif server_time and window <= SHORT_WINDOWS then
+      local head = start % SPAN
+      return head == 0 and SPAN or head
+    end
+    return start
+  end
+
+  -- The window start, count and whether it is packed at key, read at now (ms); nil, nil, false
+  -- when absent. The form the limit chooses is read first, the other only when Redis answers
+  -- WRONGTYPE (state kept from a limit on the other side of COUNTS). unit as head_of's.
+  local function window_state(key, limit, unit, now)
     local packed = limit < COUNTS
     local reply
     if packed then
@@ -52,7 +88,11 @@ local function fixed_window_functions()
       return nil, nil, false
     end
     -- Split as text: a double holds the whole number only below 2^53.
-    return (tonumber(string.sub(v, 1, -7)) or 0) * unit, tonumber(string.sub(v, -6)), true
+    local head, n = tonumber(string.sub(v, 1, -7)) or 0, tonumber(string.sub(v, -6))
+    if unit == 1 then
+      return anchored_start(head, now), n, true
+    end
+    return head * unit, n, true
   end
 
   -- The quota with n counted in the window ending at finish.
@@ -69,7 +109,7 @@ local function fixed_window_functions()
     if aligned then
       fresh, unit = div(now, window) * window, window
     end
-    local start, n, packed = window_state(key, limit, unit)
+    local start, n, packed = window_state(key, limit, unit, now)
     -- A check stamped before the stored window (a clock that stepped back) counts in it: a fresh
     -- window there would admit the limit once more.
     if start == nil or (aligned and start < fresh) or (not aligned and now >= start + window) then
@@ -103,7 +143,7 @@ local function fixed_window_functions()
   local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, unit)
     local finish = start + window
     if n == 0 and limit < COUNTS and cost < COUNTS then
-      redis.call('SET', key, packed_text[cost][start / unit], 'PX', text[finish - now])
+      redis.call('SET', key, packed_text[cost][head_of(start, window, unit)], 'PX', text[finish - now])
     elseif n > 0 and packed and n + cost < COUNTS then
       redis.call('INCRBY', key, text[cost])
     elseif n > 0 and not packed then
@@ -128,90 +168,89 @@ local function fixed_window_functions()
     return fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, 1)
   end
 
-  -- fw's check of one policy, decided and taken: INCRBY first, so an admission in a running
-  -- window is one command (a new window adds a SET ... PX, a denial a DECRBY giving it back).
-  -- Decides exactly as decide then take would; measured where check.lua calls it.
-  -- Each window's number at the time the call's checks share, worked out once per window (best
-  -- of 7 runs 4.85 -> 4.09 us per decision, median 5.98 -> 5.37, measured as in check.lua; kept
-  -- per window, so that a check of a minute's and an hour's window reuses both).
-  local indexes_at, now, indexes = nil, nil, {}
+  -- A check of one policy, decided and taken in one (fw's when aligned, else fwa's): INCRBY
+  -- first, so an admission in a running window is one command (a new window adds a SET ... PX,
+  -- a denial a DECRBY giving it back); fwa counts so at Redis TIME, in its short form (see
+  -- SPAN). Where INCRBY cannot count (a cost of 0 or past the limit, a hash's limit, fw's
+  -- window number past EXACT_HEADS, fwa at a client's `at` or in a window past SHORT_WINDOWS or
+  -- its whole start), decide then take. Decides exactly as they would. Each window's number at
+  -- the time the call's checks share is worked out once per window (best of 7 runs 4.85 ->
+  -- 4.09 us per decision, median 5.98 -> 5.37, measured as in check.lua; kept per window, so
+  -- that a check of a minute's and an hour's window reuses both). Written out in one body:
+  -- helpers called for the INCRBY and the reply cost fw 5-8% more instructions (19,325 ->
+  -- 20,382 and 20,869 per decision, `--mode instructions` of the bench).
   -- cost_text: cost as its decimal text (a number argument to redis.call costs Redis a %.17g).
-  local function fixed_window_alone(key, limit, window, burst, now_us, cost, cost_text)
-    cost_text = cost_text or text[cost]
-    if now_us ~= indexes_at then
-      indexes_at, now, indexes = now_us, div(now_us, 1000), {}
-    end
-    local index = indexes[window]
-    if not index then
-      index = div(now, window)
-      indexes[window] = index
-    end
-    local v = nil
-    if cost > 0 and cost <= limit and limit < COUNTS and index < EXACT_HEADS then
-      v = redis.pcall('INCRBY', key, cost_text)
-    end
-    if type(v) ~= 'number' then
-      -- Not counted by INCRBY (a hash: a limit on the other side of COUNTS; not an integer: the
-      -- reading path says it is corrupt; a failed INCRBY wrote nothing): decide, then take.
-      local allowed, remaining, reset, retry, b, c, d, e = fixed_window(key, limit, window, burst, now_us, cost)
-      if allowed == 1 and cost > 0 then
-        remaining, reset = fixed_window_take_aligned(key, limit, window, burst, now_us, cost, b, c, d, e)
+  local function window_alone(aligned)
+    local indexes_at, now, indexes = nil, nil, {}
+    return function(key, limit, window, burst, now_us, cost, cost_text)
+      cost_text = cost_text or text[cost]
+      if now_us ~= indexes_at then
+        indexes_at, now, indexes = now_us, div(now_us, 1000), {}
       end
-      return allowed, remaining, reset, retry
+      local index, v = nil, nil
+      if cost > 0 and cost <= limit and limit < COUNTS then
+        if aligned then
+          index = indexes[window]
+          if not index then
+            index = div(now, window)
+            indexes[window] = index
+          end
+          if index < EXACT_HEADS then
+            v = redis.pcall('INCRBY', key, cost_text)
+          end
+        elseif server_time and window <= SHORT_WINDOWS then
+          v = redis.pcall('INCRBY', key, cost_text)
+        end
+      end
+      -- Not counted by INCRBY (a hash: a limit on the other side of COUNTS; not an integer:
+      -- the reading path says it is corrupt; a failed INCRBY wrote nothing), or counted past
+      -- 2^53 (fwa's whole start, read as text), its cost given back: decide, then take.
+      if type(v) ~= 'number' or v >= 2 ^ 53 then
+        if v then
+          redis.pcall('DECRBY', key, cost_text)
+        end
+        local allowed, remaining, reset, retry, b, c, d, e = window_decide(key, limit, window, now_us, cost, aligned)
+        if allowed == 1 and cost > 0 then
+          remaining, reset = fixed_window_take(key, limit, window, burst, now_us, cost, b, c, d, e, aligned and window or 1)
+        end
+        return allowed, remaining, reset, retry
+      end
+      if v < cost then
+        redis.call('DECRBY', key, cost_text)
+        corrupt(key, 'holds a non-integer value')
+      end
+      -- v / PACK can round up to the next integer, never down below one.
+      local head = floor(v / PACK)
+      if head * PACK > v then
+        head = head - 1
+      end
+      local n, finish = v - head * PACK, nil
+      if aligned then
+        if head < index then
+          -- No window, or an ended one: this one starts with the cost.
+          finish = (index + 1) * window
+          redis.call('SET', key, text[index * PACK + cost], 'PX', text[finish - now])
+          return 1, limit - cost, finish - now, -1
+        end
+        finish = (head + 1) * window
+      else
+        finish = anchored_start(head, now) + window
+        if now >= finish then
+          -- No window, or an ended one: this one starts now with the cost.
+          redis.call('SET', key, packed_text[cost][head_of(now, window, 1)], 'PX', text[window])
+          return 1, limit - cost, window, -1
+        end
+      end
+      -- This window, or a later one (a clock that stepped back counts in it).
+      if n > limit then
+        redis.call('DECRBY', key, cost_text)
+        return 0, max(limit - n + cost, 0), finish - now, finish - now
+      end
+      return 1, limit - n, finish - now, -1
     end
-    if v < cost or v >= 2 ^ 53 then
-      redis.call('DECRBY', key, cost)
-      corrupt(key, 'holds a non-integer value')
-    end
-    -- v / PACK can round up to the next integer, never down below one.
-    local head = floor(v / PACK)
-    if head * PACK > v then
-      head = head - 1
-    end
-    local n = v - head * PACK
-    if head < index then
-      -- No window, or an ended one: this one starts with the cost.
-      local finish = (index + 1) * window
-      redis.call('SET', key, text[index * PACK + cost], 'PX', text[finish - now])
-      return 1, limit - cost, finish - now, -1
-    end
-    -- This window, or a later one (a clock that stepped back counts in it).
-    local finish = (head + 1) * window
-    if n > limit then
-      redis.call('DECRBY', key, cost_text)
-      return 0, max(limit - n + cost, 0), finish - now, finish - now
-    end
-    return 1, limit - n, finish - now, -1
   end
 
-  -- fwa's check of one policy, decided and taken in one: its window read once, then an
-  -- admission one INCRBY in a running window (one SET ... PX in a new one), a denial nothing.
-  -- Decides exactly as decide then take would. (Not INCRBY first as fw: its head, a start in
-  -- ms, times PACK passes 2^53.)
-  -- Instructions per decision, against decide then take: 39,763 -> 31,374 (the naive script:
-  -- 20,416), redis-server under `valgrind --tool=callgrind --instr-atstart=no`, counted over 300
-  -- calls of 64 checks on 1,000 keys after 200 such calls.
-  local function fixed_window_anchored_alone(key, limit, window, burst, now_us, cost, cost_text)
-    local now = ms_of(now_us)
-    local start, n, packed = window_now(key, limit, window, now, false)
-    local finish = start + window
-    if cost > limit or n + cost > limit then
-      local remaining, reset = window_quota(limit, n, finish, now)
-      return 0, remaining, reset, cost > limit and NEVER or finish - now
-    elseif cost == 0 then
-      local remaining, reset = window_quota(limit, n, finish, now)
-      return 1, remaining, reset, -1
-    elseif n > 0 and packed and n + cost < COUNTS then
-      redis.call('INCRBY', key, cost_text or text[cost])
-    elseif n == 0 and limit < COUNTS then
-      redis.call('SET', key, packed_text[cost][start], 'PX', text[finish - now])
-    else
-      fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, 1)
-    end
-    return 1, limit - n - cost, finish - now, -1
-  end
-
-  -- Gives back what fixed_window_alone took at now_us, when a later policy of its check denied:
+  -- Gives back what fw's window_alone took at now_us, when a later policy of its check denied:
   -- the quota then, as decide would have seen it.
   local function fixed_window_untake(key, limit, window, burst, now_us, cost)
     if type(redis.pcall('DECRBY', key, text[cost])) ~= 'number' then
@@ -238,7 +277,7 @@ local function fixed_window_functions()
         return 1
       end
       local at = div(at_us, 1000)
-      local start, n, packed = window_state(key, limit, unit_of(window))
+      local start, n, packed = window_state(key, limit, unit_of(window), div(now_us, 1000))
       if start == nil or at < start or at >= start + window or n == 0 then
         return 0
       end
@@ -251,6 +290,6 @@ local function fixed_window_functions()
     end
   end
   return fixed_window, fixed_window_anchored, fixed_window_take_aligned, fixed_window_take_anchored,
-    SETTLES and window_settle(true), SETTLES and window_settle(false), fixed_window_alone,
-    fixed_window_untake, fixed_window_anchored_alone
+    SETTLES and window_settle(true), SETTLES and window_settle(false), window_alone(true),
+    fixed_window_untake, window_alone(false)
 end

@@ -3,12 +3,14 @@
 -- OVERRIDES), the key and numbers it names are inspected instead. Reply: allowed (1/0),
 -- remaining and reset (ms) now, retry (ms), the key's PTTL (ms; -2 when absent), its state as
 -- field, value pairs (a string's as 'value'), the limit in force, the key inspected, 1 when an
--- override's numbers were in force (else 0), and the window in force (ms).
+-- override's numbers were in force (else 0), the window in force (ms), and the time of the
+-- inspection (ms; a short anchored window's head is read against it).
 local sets, a = read_sets(ARGV)
 local cost = read_request(ARGV, a)
 local p = sets[1][1]
 local key, limit, window, burst = policy_keys(p, KEYS, 1)
-local allowed, remaining, reset, retry = p.decide(key, limit, window, burst, clock(ARGV[1]), cost)
+local now_us = clock(ARGV[1])
+local allowed, remaining, reset, retry = p.decide(key, limit, window, burst, now_us, cost)
 local kind = redis.call('TYPE', key)['ok']
 local state = {}
 if kind == 'hash' then
@@ -23,4 +25,4 @@ local overridden = 0
 if key ~= KEYS[1] or limit ~= p.limit or window ~= p.window or burst ~= p.burst then
   overridden = 1
 end
-return { allowed, remaining, reset, retry, redis.call('PTTL', key), state, limit, key, overridden, window }
+return { allowed, remaining, reset, retry, redis.call('PTTL', key), state, limit, key, overridden, window, div(now_us, 1000) }

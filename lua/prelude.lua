@@ -132,9 +132,14 @@ local function ceil_div(a, b)
   return (q - 1) * b >= a and q - 1 or q
 end
 
+-- Whether the call's time is Redis TIME, not a client's `at`: state written at it lives no
+-- longer than its TTL on that same clock (the anchored window's short form relies on that).
+local server_time = false
+
 -- The time of a call: `at` in microseconds, or Redis TIME when it is ''.
 local function clock(at)
   if at == '' then
+    server_time = true
     local time = redis.call('TIME')
     return time[1] * 1000000 + time[2]
   end

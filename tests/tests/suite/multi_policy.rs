@@ -85,12 +85,21 @@ async fn server_time_is_used_by_default() {
         .query(&mut connection)
         .expect("TIME");
     let key = limiter.keys().key(&p, "c");
-    // The state is one integer: the window start (ms), then the count in six digits.
+    // At server time the state is the short form: the window start's remainder by 8 * 10^9 ms,
+    // then the count in six digits, below 2^53 so that INCRBY's reply is exact.
     let state: u64 = deadpool_redis::redis::cmd("GET")
         .arg(&key)
         .query(&mut connection)
         .expect("GET");
+    assert!(state < 1 << 53, "short form: {state}");
     assert_eq!(state % 1_000_000, 1, "one request counted");
-    let start = state / 1_000_000;
+    let seen = limiter.inspect(&p, "c").await.expect("inspect");
+    let start: u64 = seen
+        .state
+        .iter()
+        .find(|(field, _)| field == "s")
+        .map(|(_, s)| s.parse().expect("a start"))
+        .expect("s");
+    assert_eq!(start % 8_000_000_000, state / 1_000_000, "read back whole");
     assert!(start <= seconds * 1000 + 1000 && start + 60_000 > seconds * 1000);
 }

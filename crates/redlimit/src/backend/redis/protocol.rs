@@ -443,21 +443,54 @@ pub(crate) fn decode_settled(reply: &[i64]) -> Vec<u64> {
         .collect()
 }
 
-/// A fixed window's string state is its head (fw: the window's number; fwa: its start in ms)
-/// times this, plus its count (`lua/fixed_window.lua`).
+/// A fixed window's string state is its head (fw: the window's number; fwa: its start in ms,
+/// or in the short form the start's remainder by [`SPAN`]) times this, plus its count
+/// (`lua/fixed_window.lua`).
 const PACK: u64 = 1_000_000;
+
+/// An anchored window's short head (1 to `SPAN`) is its start's remainder by this (ms), read as
+/// the start nearest the time of reading with that remainder; a head over it is the start.
+const SPAN: u64 = 8_000_000_000;
+
+/// The start (ms) of an anchored window whose head is `head`, read at `now_ms`, as
+/// `anchored_start` in `lua/fixed_window.lua` reads it.
+fn anchored_start(head: u64, now_ms: u64) -> u64 {
+    if head == 0 || head > SPAN {
+        return head;
+    }
+    let ahead = (i128::from(head) - i128::from(now_ms)).rem_euclid(i128::from(SPAN));
+    let ahead = if ahead > i128::from(SPAN / 2) {
+        ahead - i128::from(SPAN)
+    } else {
+        ahead
+    };
+    u64::try_from(i128::from(now_ms) + ahead).unwrap_or(0)
+}
+
+/// The inspect script's reply (`lua/inspect.lua`): the answer's four integers, the key's PTTL,
+/// its state as field and value pairs, the limit in force, the key read, whether an override
+/// was in force, the window in force and the time of the inspection (ms).
+type InspectReply = (
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    Vec<String>,
+    i64,
+    String,
+    i64,
+    u64,
+    u64,
+);
 
 /// Reads the inspect script's reply for the key `key` of `algorithm`.
 pub(crate) fn decode_inspected(
-    reply: (i64, i64, i64, i64, i64, Vec<String>, i64, String, i64, u64),
+    reply: InspectReply,
     algorithm: Algorithm,
 ) -> Result<Inspected, Error> {
-    let (allowed, remaining, reset, retry, pttl, state, limit, read, overridden, window) = reply;
-    let unit = if algorithm == Algorithm::FixedWindow {
-        window
-    } else {
-        1
-    };
+    let (allowed, remaining, reset, retry, pttl, state, limit, read, overridden, window, now_ms) =
+        reply;
     let answer = answer(&[allowed, remaining, reset, retry])?;
     let mut fields = state.into_iter();
     let mut pairs = Vec::new();
@@ -469,7 +502,13 @@ pub(crate) fn decode_inspected(
                     Algorithm::FixedWindow | Algorithm::FixedWindowAnchored
                 ) =>
             {
-                pairs.push(("s".to_owned(), (packed / PACK * unit).to_string()));
+                let head = packed / PACK;
+                let start = if algorithm == Algorithm::FixedWindow {
+                    head.saturating_mul(window)
+                } else {
+                    anchored_start(head, now_ms)
+                };
+                pairs.push(("s".to_owned(), start.to_string()));
                 pairs.push(("n".to_owned(), (packed % PACK).to_string()));
             }
             // Two numbers in one string, named as the memory backend names them.
@@ -549,6 +588,29 @@ mod tests {
                 _ => String::new(),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_short_anchored_head_is_read_as_the_start_nearest_the_time_of_reading() {
+        let now = 1_780_000_000_000;
+        for start in [
+            now,
+            now - 59_999,
+            now + 30_000,
+            now - 3_999_999_999,
+            now + SPAN / 2,
+        ] {
+            let head = match start % SPAN {
+                0 => SPAN,
+                rest => rest,
+            };
+            assert_eq!(anchored_start(head, now), start, "{start}");
+        }
+        // A multiple of SPAN is written as SPAN; a head of 0 is no window, over SPAN a start.
+        let multiple = now / SPAN * SPAN;
+        assert_eq!(anchored_start(SPAN, multiple + 5), multiple);
+        assert_eq!(anchored_start(0, now), 0);
+        assert_eq!(anchored_start(now, now + 7), now);
     }
 
     #[test]
