@@ -3,11 +3,11 @@
 -- arguments), settle.lua gives a reservation back or charges more, inspect.lua reads without writing. Only
 -- entries read KEYS and ARGV; everything else takes them as parameters.
 --
--- An algorithm is three or four functions over plain numbers, so a check builds no closures or
+-- An algorithm is four or five functions over plain numbers, so a check builds no closures or
 -- plan tables:
 --   decide(key, limit, window_ms, burst, now_us, cost) -> allowed (1/0), remaining, reset (ms),
 --     retry (ms: -1 when allowed, -2 when the cost can never pass), then up to four numbers
---     that take needs. It writes nothing (the sliding log trims expired entries).
+--     that take needs. It writes nothing.
 --   take(key, limit, window_ms, burst, now_us, cost, a, b, c, d) -> remaining, reset (ms) after
 --     consuming cost, which decide admitted.
 --   settle(key, limit, window_ms, burst, now_us, cost, at_us) -> 1 when it gave back (at most
@@ -15,11 +15,12 @@
 --     0; with at_us nil, takes cost now even past the limit (the client then waits for the debt
 --     to refill) and returns 1.
 --   alone(key, limit, window_ms, burst, now_us, cost, cost_text, slack_us) -> allowed,
---     remaining, reset, retry: a check of one policy decided and, admitted, taken in one, replying
---     as decide then take would (every algorithm but the sliding log). Its state is read once and
---     an admission written once, with nothing handed from decide to take: what a batched check
---     costs Redis falls by 7-15% (callgrind). Where decide is alone with a ninth parameter,
---     only_decide, set, it writes nothing and returns what take needs.
+--     remaining, reset, retry: a check of one policy decided and, admitted, taken in one,
+--     replying as decide then take would. Its state is read once and an admission written
+--     once, with nothing handed from decide to take: what a batched check costs Redis falls by
+--     3-15% (callgrind). Where decide is alone with a ninth parameter, only_decide, set, it
+--     writes nothing and returns what take needs.
+--   untake (fw only), what its alone took given back when a later policy of the check denied.
 -- Stored state means the same under any limit or burst (counts and times, not what is left), so
 -- a changed limit reads it as it stands.
 -- GCRA's decide takes a seventh parameter, the slack (us) of delay mode. settle is made only in

@@ -4,36 +4,20 @@
 -- makes the functions of the algorithms it checks, not every algorithm's.
 local function sliding_window_log_functions()
   local text = texts()
-  local function log_score(key, reply)
-    return int(key, reply[2])
-  end
 
-  local function sliding_window_log(key, limit, window, burst, now_us, cost)
-    local now = div(now_us, 1000)
-    -- Entries that left the window are skipped here and trimmed only by an admitted check, so
-    -- that a denial or a peek writes nothing and an admission's first write is its ZADD, which
-    -- Redis refuses when it is out of memory.
-    local expired = redis.call('ZCOUNT', key, '-inf', text[now - window])
-    local count = redis.call('ZCARD', key) - expired
-    local newest, reset = -1, 0
-    if count > 0 then
-      newest = log_score(key, redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES'))
-      reset = newest + window - now
+  -- The time (ms) of an entry of key's log, from a ZRANGE reply of its member alone: a member
+  -- is 'stamp:number' with stamp its score, and a score Redis replies as a double it formats
+  -- with %.17g (some 1,700 instructions a check).
+  local function entry_time(key, reply)
+    local stamp = reply[1] and match(reply[1], '^(%d+):%d+$')
+    if not stamp or #stamp > 16 then
+      corrupt(key, 'holds an entry not of its time and number')
     end
-    local remaining = max(limit - count, 0)
-    if cost > limit then
-      return 0, remaining, reset, NEVER
-    elseif count + cost > limit then
-      -- The oldest count + cost - limit entries in the window must leave it first.
-      local rank = expired + count + cost - limit - 1
-      local last = log_score(key, redis.call('ZRANGE', key, text[rank], text[rank], 'WITHSCORES'))
-      return 0, remaining, reset, last + window - now
-    end
-    return 1, remaining, reset, -1, count, newest, expired
+    return tonumber(stamp)
   end
 
   local function sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest, expired)
-    local now = div(now_us, 1000)
+    local now = ms_of(now_us)
     local stamp = text[now]
     -- Members are numbered from the count in the window: at one millisecond that count only
     -- grows, so numbers do not repeat while time moves forward. Should time step back onto a
@@ -62,6 +46,37 @@ local function sliding_window_log_functions()
     return limit - count - cost, reset
   end
 
+  -- The sliding log's alone (see the prelude): with only_decide, its decide, which writes
+  -- nothing. Entries that left the window are skipped here and trimmed only by an admission,
+  -- so that a denial or a peek writes nothing and an admission's first write is its ZADD, which
+  -- Redis refuses when it is out of memory.
+  local function sliding_window_log_alone(key, limit, window, burst, now_us, cost, _, _, only_decide)
+    local now = ms_of(now_us)
+    local expired = redis.call('ZCOUNT', key, '-inf', text[now - window])
+    local count = redis.call('ZCARD', key) - expired
+    local newest, reset = -1, 0
+    if count > 0 then
+      newest = entry_time(key, redis.call('ZRANGE', key, '-1', '-1'))
+      reset = newest + window - now
+    end
+    local remaining = max(limit - count, 0)
+    if cost > limit then
+      return 0, remaining, reset, NEVER
+    elseif count + cost > limit then
+      -- The oldest count + cost - limit entries in the window must leave it first.
+      local rank = text[expired + count + cost - limit - 1]
+      return 0, remaining, reset, entry_time(key, redis.call('ZRANGE', key, rank, rank)) + window - now
+    elseif only_decide or cost == 0 then
+      return 1, remaining, reset, -1, count, newest, expired
+    end
+    remaining, reset = sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest, expired)
+    return 1, remaining, reset, -1
+  end
+
+  local function sliding_window_log(key, limit, window, burst, now_us, cost)
+    return sliding_window_log_alone(key, limit, window, burst, now_us, cost, nil, nil, true)
+  end
+
   -- Removes up to cost entries stamped with the reservation's time; without at_us, adds cost
   -- entries now, past the limit, keeping the newest limit entries: a decision needs the
   -- (count + cost - limit)th oldest entry to leave, the same entry with or without the older
@@ -71,7 +86,7 @@ local function sliding_window_log_functions()
       local now = div(now_us, 1000)
       local expired = redis.call('ZCOUNT', key, '-inf', now - window)
       local count = redis.call('ZCARD', key) - expired
-      local newest = count > 0 and log_score(key, redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')) or now
+      local newest = count > 0 and entry_time(key, redis.call('ZRANGE', key, -1, -1)) or now
       sliding_window_log_take(key, limit, window, burst, now_us, min(cost, limit), count, newest, expired)
       redis.call('ZREMRANGEBYRANK', key, 0, -(limit + 1))
       return 1
@@ -84,5 +99,5 @@ local function sliding_window_log_functions()
     redis.call('ZREM', key, unpack(entries))
     return 1
   end
-  return sliding_window_log, sliding_window_log_take, sliding_window_log_settle
+  return sliding_window_log, sliding_window_log_take, sliding_window_log_settle, sliding_window_log_alone
 end
