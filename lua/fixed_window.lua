@@ -48,11 +48,10 @@ local function fixed_window_functions()
     return now + ahead
   end
 
-  -- The head a new window starting at start (ms) is written with. unit: ms per head (the
-  -- window for fw, 1 for fwa).
-  local function head_of(start, window, unit)
-    if unit ~= 1 then
-      return start / unit
+  -- The head a new window starting at start (ms) is written with: fw's (aligned) or fwa's.
+  local function head_of(start, window, aligned)
+    if aligned then
+      return start / window
     elseif server_time and window <= SHORT_WINDOWS then
       local head = start % SPAN
       return head == 0 and SPAN or head
@@ -62,8 +61,8 @@ local function fixed_window_functions()
 
   -- The window start, count and whether it is packed at key, read at now (ms); nil, nil, false
   -- when absent. The form the limit chooses is read first, the other only when Redis answers
-  -- WRONGTYPE (state kept from a limit on the other side of COUNTS). unit as head_of's.
-  local function window_state(key, limit, unit, now)
+  -- WRONGTYPE (state kept from a limit on the other side of COUNTS). aligned: fw's, else fwa's.
+  local function window_state(key, limit, window, aligned, now)
     local packed = limit < COUNTS
     local reply
     if packed then
@@ -89,10 +88,10 @@ local function fixed_window_functions()
     end
     -- Split as text: a double holds the whole number only below 2^53.
     local head, n = tonumber(string.sub(v, 1, -7)) or 0, tonumber(string.sub(v, -6))
-    if unit == 1 then
-      return anchored_start(head, now), n, true
+    if aligned then
+      return head * window, n, true
     end
-    return head * unit, n, true
+    return anchored_start(head, now), n, true
   end
 
   -- The quota with n counted in the window ending at finish.
@@ -105,11 +104,8 @@ local function fixed_window_functions()
 
   -- The window a check at now counts in: its start, count so far and form.
   local function window_now(key, limit, window, now, aligned)
-    local fresh, unit = now, 1
-    if aligned then
-      fresh, unit = div(now, window) * window, window
-    end
-    local start, n, packed = window_state(key, limit, unit, now)
+    local fresh = aligned and div(now, window) * window or now
+    local start, n, packed = window_state(key, limit, window, aligned, now)
     -- A check stamped before the stored window (a clock that stepped back) counts in it: a fresh
     -- window there would admit the limit once more.
     if start == nil or (aligned and start < fresh) or (not aligned and now >= start + window) then
@@ -139,11 +135,12 @@ local function fixed_window_functions()
     return window_decide(key, limit, window, now_us, cost, false)
   end
 
-  -- Adds cost to the window at start holding n (packed or not), whatever the limit.
-  local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, unit)
+  -- Adds cost to the window at start holding n (packed or not), whatever the limit; aligned:
+  -- fw's window, else fwa's.
+  local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, aligned)
     local finish = start + window
     if n == 0 and limit < COUNTS and cost < COUNTS then
-      redis.call('SET', key, packed_text[cost][head_of(start, window, unit)], 'PX', text[finish - now])
+      redis.call('SET', key, packed_text[cost][head_of(start, window, aligned)], 'PX', text[finish - now])
     elseif n > 0 and packed and n + cost < COUNTS then
       redis.call('INCRBY', key, text[cost])
     elseif n > 0 and not packed then
@@ -161,11 +158,11 @@ local function fixed_window_functions()
   end
 
   local function fixed_window_take_aligned(key, limit, window, burst, now_us, cost, start, n, now, packed)
-    return fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, window)
+    return fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, true)
   end
 
   local function fixed_window_take_anchored(key, limit, window, burst, now_us, cost, start, n, now, packed)
-    return fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, 1)
+    return fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, false)
   end
 
   -- A check of one policy, decided and taken in one (fw's when aligned, else fwa's): INCRBY
@@ -211,7 +208,7 @@ local function fixed_window_functions()
         end
         local allowed, remaining, reset, retry, b, c, d, e = window_decide(key, limit, window, now_us, cost, aligned)
         if allowed == 1 and cost > 0 then
-          remaining, reset = fixed_window_take(key, limit, window, burst, now_us, cost, b, c, d, e, aligned and window or 1)
+          remaining, reset = fixed_window_take(key, limit, window, burst, now_us, cost, b, c, d, e, aligned)
         end
         return allowed, remaining, reset, retry
       end
@@ -237,7 +234,7 @@ local function fixed_window_functions()
         finish = anchored_start(head, now) + window
         if now >= finish then
           -- No window, or an ended one: this one starts now with the cost.
-          redis.call('SET', key, packed_text[cost][head_of(now, window, 1)], 'PX', text[window])
+          redis.call('SET', key, packed_text[cost][head_of(now, window, false)], 'PX', text[window])
           return 1, limit - cost, window, -1
         end
       end
@@ -264,20 +261,17 @@ local function fixed_window_functions()
   -- Gives back to the window holding at_us (a newer window owes the reservation nothing), or,
   -- without at_us, charges cost to the current window past the limit.
   local function window_settle(aligned)
-    local unit_of = function(window)
-      return aligned and window or 1
-    end
     return function(key, limit, window, burst, now_us, cost, at_us)
       if not at_us then
         local now = div(now_us, 1000)
         local start, n, packed = window_now(key, limit, window, now, aligned)
         -- Capped so that the count stays exact in a double.
         cost = max(min(cost, 2 ^ 52 - n), 0)
-        fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, unit_of(window))
+        fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, aligned)
         return 1
       end
       local at = div(at_us, 1000)
-      local start, n, packed = window_state(key, limit, unit_of(window), div(now_us, 1000))
+      local start, n, packed = window_state(key, limit, window, aligned, div(now_us, 1000))
       if start == nil or at < start or at >= start + window or n == 0 then
         return 0
       end
