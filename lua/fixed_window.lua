@@ -2,8 +2,9 @@
 -- window starts at the client's first hit). A window whose count stays below COUNTS is one
 -- string, its head and the count in six digits (head * 10^6 + n): the head is the window's
 -- number (start / window) for fw; for fwa its start in ms, or in the short form its start's
--- remainder (see SPAN). Redis counts it in 64-bit integers, exact until the year 2262. A window created under a limit of COUNTS or more, or whose count
--- reaches COUNTS (a settle charging past the limit), is a hash: s = start (ms), n = count.
+-- remainder (see SPAN). Redis counts it in 64-bit integers, exact until the year 2262. A
+-- window created under a limit of COUNTS or more, or whose count reaches COUNTS (a settle
+-- charging past the limit), is a hash: s = start (ms), n = count.
 -- Either form is read under any limit, so a changed limit keeps the count. The TTL is set when a
 -- window's counter is created and never extended.
 -- Made by fixed_window_functions when a call first checks a policy of it (dispatch.lua), so a call
@@ -203,8 +204,8 @@ local function fixed_window_functions()
       -- the reading path says it is corrupt; a failed INCRBY wrote nothing), or counted past
       -- 2^53 (fwa's whole start, read as text), its cost given back: decide, then take.
       if type(v) ~= 'number' or v >= 2 ^ 53 then
-        if v then
-          redis.pcall('DECRBY', key, cost_text)
+        if type(v) == 'number' then
+          redis.call('DECRBY', key, cost_text)
         end
         local allowed, remaining, reset, retry, b, c, d, e = window_decide(key, limit, window, now_us, cost, aligned)
         if allowed == 1 and cost > 0 then
