@@ -67,119 +67,123 @@ local function decide_requests(out, kept, a)
     -- GCRA 6.06 -> 5.59, best of 5 runs of `redis-benchmark -P 8 EVALSHA` on the test
     -- script's arguments, uniform keys). An algorithm with an alone (fw: INCRBY first) decides
     -- and takes in one: fixed window 5.25 -> 3.58 us best, 7.46 -> 5.87 median of 7 such runs,
-    -- 10,000 keys (the anchored window, unchanged, 5.54 -> 5.73 beside it).
+    -- 10,000 keys (the anchored window, unchanged, 5.54 -> 5.73 beside it). A run of them
+    -- (REPEAT) is read once.
     local head, cost_text = ARGV[a + 1], ARGV[a]
-    local set = sets[(numbers[head] or number(head)) / 8]
+    local h = numbers[head] or number(head)
+    local set, repeats, after = sets[h / SET_STEP], 1, a + 2
+    if not set and h % SET_STEP == REPEAT then
+      set, repeats, after = sets[(h - REPEAT) / SET_STEP], number(ARGV[a + 2]), a + 3
+    end
     if set and set.plain then
-      local p, key, cost = set[1], KEYS[k], numbers[cost_text] or number(cost_text)
-      k, a = k + 1, a + 2
+      local p, cost = set[1], numbers[cost_text] or number(cost_text)
+      local alone, limit, window, burst, slack = p.alone, p.limit, p.window, p.burst, p.slack
+      a = after
       now_us = now_us or clock(ARGV[1])
-      local allowed, remaining, reset, retry, b, c, d, e
-      if p.alone then
-        allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost, cost_text, p.slack)
-      else
-        allowed, remaining, reset, retry, b, c, d, e = p.decide(key, p.limit, p.window, p.burst, now_us, cost, p.slack)
-        if allowed == 1 and cost > 0 then
-          remaining, reset = p.take(key, p.limit, p.window, p.burst, now_us, cost, b, c, d, e)
-        end
-      end
-      out[done + 1], out[done + 2], out[done + 3], out[done + 4] = allowed, remaining, reset, retry
-    else
-      local cost, reserve, once_window, idem, stored
-      cost, set, reserve, once_window, _, a = read_request(ARGV, a, number)
-      set = sets[set]
-      if once_window then
-        idem = KEYS[k]
+      for _ = 1, repeats do
+        local allowed, remaining, reset, retry = alone(KEYS[k], limit, window, burst, now_us, cost, cost_text, slack)
         k = k + 1
-        stored = seen_before(idem)
+        out[done + 1], out[done + 2], out[done + 3], out[done + 4] = allowed, remaining, reset, retry
+        done = done + 4
       end
-      if stored then
-        local length = 4 * #set + (reserve and 1 or 0)
-        for i = 1, #set do
-          local p = set[i]
-          _, _, _, _, _, _, k = policy_keys(p, KEYS, k, true)
-          if p.overrides then
-            length = length + 1
-          end
+    else
+      local cost, reserve, once_window, repeats
+      cost, set, reserve, once_window, _, a, repeats = read_request(ARGV, a, number)
+      set = sets[set]
+      for _ = 1, repeats do
+        local idem, stored
+        if once_window then
+          idem = KEYS[k]
+          k = k + 1
+          stored = seen_before(idem)
         end
-        -- A reply of another shape would misalign every later request's in a batch.
-        if #stored ~= length then
-          corrupt(idem, 'holds the reply of another request')
-        end
-        for i = 1, length do
-          out[#out + 1] = stored[i]
-        end
-      else
-        now_us = now_us or clock(ARGV[1])
-        -- This request's reply starts after base; limits: the limit in force of each policy that
-        -- takes overrides, made at the first.
-        local base, admitted, limits, lone = #out, true, nil, #set == 1
-        if set.alone and cost > 0 then
-          k = decide_alone(set, out, base, k, now_us, cost)
-        else
+        if stored then
+          local length = 4 * #set + (reserve and 1 or 0)
           for i = 1, #set do
             local p = set[i]
-            local key, limit, window, burst, skey, bkey
-            key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
+            _, _, _, _, _, _, k = policy_keys(p, KEYS, k, true)
             if p.overrides then
-              limits = limits or {}
-              limits[#limits + 1] = limit
+              length = length + 1
             end
-            local ban = p.ban
-            local allowed, remaining, reset, retry, b, c, d, e
-            local left = nil
-            if ban then
-              left = marks_of().banned(bkey, div(now_us, 1000))
-            end
-            if left then
-              allowed, remaining, reset, retry = 2, 0, left, left
-            else
-              allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
-              if allowed == 0 and ban and retry ~= NEVER then
-                local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
-                if length then
-                  allowed, reset, retry = 2, max(reset, length), length
+          end
+          -- A reply of another shape would misalign every later request's in a batch.
+          if #stored ~= length then
+            corrupt(idem, 'holds the reply of another request')
+          end
+          for i = 1, length do
+            out[#out + 1] = stored[i]
+          end
+        else
+          now_us = now_us or clock(ARGV[1])
+          -- This request's reply starts after base; limits: the limit in force of each policy that
+          -- takes overrides, made at the first.
+          local base, admitted, limits, lone = #out, true, nil, #set == 1
+          if set.alone and cost > 0 then
+            k = decide_alone(set, out, base, k, now_us, cost)
+          else
+            for i = 1, #set do
+              local p = set[i]
+              local key, limit, window, burst, skey, bkey
+              key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
+              if p.overrides then
+                limits = limits or {}
+                limits[#limits + 1] = limit
+              end
+              local ban = p.ban
+              local allowed, remaining, reset, retry, b, c, d, e
+              local left = nil
+              if ban then
+                left = marks_of().banned(bkey, div(now_us, 1000))
+              end
+              if left then
+                allowed, remaining, reset, retry = 2, 0, left, left
+              else
+                allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
+                if allowed == 0 and ban and retry ~= NEVER then
+                  local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
+                  if length then
+                    allowed, reset, retry = 2, max(reset, length), length
+                  end
                 end
               end
+              if allowed ~= 1 then
+                admitted = false
+              elseif cost > 0 and lone then
+                -- Nothing else to wait for: take at once, keeping nothing.
+                remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
+              else
+                local j = 9 * i
+                kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
+                kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
+              end
+              local r = base + 4 * i
+              out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
             end
-            if allowed ~= 1 then
-              admitted = false
-            elseif cost > 0 and lone then
-              -- Nothing else to wait for: take at once, keeping nothing.
-              remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
-            else
-              local j = 9 * i
-              kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
-              kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
+            if admitted and cost > 0 and not lone then
+              for i = 1, #set do
+                local j = 9 * i
+                out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
+              end
             end
-            local r = base + 4 * i
-            out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
           end
-          if admitted and cost > 0 and not lone then
-            for i = 1, #set do
-              local j = 9 * i
-              out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
-            end
+          for i = 1, limits and #limits or 0 do
+            out[#out + 1] = limits[i]
+          end
+          if reserve then
+            out[#out + 1] = 0
+          end
+          if idem then
+            remember(idem, out, base + 1, #out, once_window)
+          end
+          if reserve then
+            out[#out] = now_us
           end
         end
-        for i = 1, limits and #limits or 0 do
-          out[#out + 1] = limits[i]
-        end
-        if reserve then
-          out[#out + 1] = 0
-        end
-        if idem then
-          remember(idem, out, base + 1, #out, once_window)
-        end
-        if reserve then
-          out[#out] = now_us
-        end
+        done = #out
       end
     end
-    done = #out
   end
 end
-
 -- Redis keeps a script's writes when it fails, so a batch that stops at a request (its state
 -- corrupt) answers the requests decided before it, whose writes stand, and no more: the client
 -- sends that request and the rest again, and none is counted twice. One pcall per call.

@@ -8,7 +8,7 @@ local slack, a = nil, 9
 if tonumber(ARGV[8]) % (2 * DELAY) >= DELAY then
   slack, a = tonumber(ARGV[9]) * 1000, 10
 end
-local cost, flags = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) % 8
+local cost, flags = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) % SET_STEP
 local once, reserve = flags % (2 * ONCE) >= ONCE, flags % (2 * RESERVE) >= RESERVE
 local key, idem = KEYS[1], nil
 if once then
@@ -22,15 +22,7 @@ if once then
   end
 end
 local now_us = clock(ARGV[1])
-local allowed, remaining, reset, retry, b, c, d, e
-if alone then
-  allowed, remaining, reset, retry = alone(key, limit, window, burst, now_us, cost, nil, slack)
-else
-  allowed, remaining, reset, retry, b, c, d, e = decide(key, limit, window, burst, now_us, cost, slack)
-  if allowed == 1 and cost > 0 then
-    remaining, reset = take(key, limit, window, burst, now_us, cost, b, c, d, e)
-  end
-end
+local allowed, remaining, reset, retry = alone(key, limit, window, burst, now_us, cost, nil, slack)
 local reply = { allowed, remaining, reset, retry }
 if reserve then
   reply[5] = 0

@@ -5,8 +5,10 @@
 -- number of policies, then each policy: algorithm, limit, window (ms), burst, its flags
 -- (OVERRIDES, BAN, DELAY), then the ban's after, within, for and max (ms) when BAN, the longest
 -- delay (ms) when DELAY. Then each request, to the end: its cost, its head (its flags ONCE,
--- RESERVE, TAKEN_AT, plus 8 times its set's number), the request id's window (ms) when ONCE,
--- the reservation's time (us) when TAKEN_AT.
+-- RESERVE, TAKEN_AT, REPEAT, plus SET_STEP times its set's number), the request id's window
+-- (ms) when ONCE, the reservation's time (us) when TAKEN_AT, and when REPEAT how many requests
+-- it stands for: a run of requests of one cost and set, without other flags, whose keys follow
+-- one another.
 -- KEYS: each request's request id key when ONCE, then its set's policies' in order, each its
 -- key, its override key when OVERRIDES, and its strikes and ban keys when BAN.
 
@@ -51,23 +53,28 @@ local function read_sets(argv)
 end
 
 -- The request whose arguments start at argv[a]: its cost, its set's number, whether it is a
--- reservation, the request id's window (ms) or nil, the reservation's time (us) or nil, and
--- where the next request begins. number: tonumber, or one that keeps what it converted.
+-- reservation, the request id's window (ms) or nil, the reservation's time (us) or nil, where
+-- the next request begins, and how many requests it stands for. number: tonumber, or one that
+-- keeps what it converted.
 local function read_request(argv, a, number)
   number = number or tonumber
   local cost, head = number(argv[a]), number(argv[a + 1])
-  local flags = head % 8
+  local flags = head % SET_STEP
   a = a + 2
-  local once_window, taken_at = nil, nil
+  local once_window, taken_at, repeats = nil, nil, 1
   if flags % (2 * ONCE) >= ONCE then
     once_window = argv[a]
     a = a + 1
   end
-  if flags >= TAKEN_AT then
+  if flags % (2 * TAKEN_AT) >= TAKEN_AT then
     taken_at = tonumber(argv[a])
     a = a + 1
   end
-  return cost, (head - flags) / 8, flags % (2 * RESERVE) >= RESERVE, once_window, taken_at, a
+  if flags >= REPEAT then
+    repeats = number(argv[a])
+    a = a + 1
+  end
+  return cost, (head - flags) / SET_STEP, flags % (2 * RESERVE) >= RESERVE, once_window, taken_at, a, repeats
 end
 
 -- The key and numbers policy p checks its client by (an override's, when it reads one in

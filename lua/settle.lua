@@ -6,14 +6,16 @@
 local sets, a = read_sets(ARGV)
 local now_us, out, k, last, _ = clock(ARGV[1]), {}, 1, #ARGV, nil
 while a <= last do
-  local cost, set, taken_at
-  cost, set, _, _, taken_at, a = read_request(ARGV, a)
-  local changed = 0
-  for _, p in ipairs(sets[set]) do
-    local key, limit, window, burst
-    key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
-    changed = changed + p.settle(key, limit, window, burst, now_us, cost, taken_at)
+  local cost, set, taken_at, repeats
+  cost, set, _, _, taken_at, a, repeats = read_request(ARGV, a)
+  for _ = 1, repeats do
+    local changed = 0
+    for _, p in ipairs(sets[set]) do
+      local key, limit, window, burst
+      key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
+      changed = changed + p.settle(key, limit, window, burst, now_us, cost, taken_at)
+    end
+    out[#out + 1] = changed
   end
-  out[#out + 1] = changed
 end
 return out

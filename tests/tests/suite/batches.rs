@@ -71,16 +71,26 @@ fn steps(sets: usize) -> impl Strategy<Value = Vec<Step>> {
             0_u64..3,
             prop::option::weighted(0.3, 0_u8..3),
             any::<bool>(),
+            1_u8..5,
         )
-            .prop_map(|(set, client, cost, once, reserve)| Step {
-                set,
-                client,
-                cost,
-                once,
-                reserve,
+            .prop_map(|(set, client, cost, once, reserve, times)| {
+                (0..times)
+                    .map(|i| Step {
+                        set,
+                        // Clients take turns in a run, so it holds several keys or one key twice.
+                        client: (client + i) % 3,
+                        cost,
+                        once,
+                        reserve,
+                    })
+                    .collect::<Vec<_>>()
             }),
-        2..48,
+        1..24,
     )
+    // Steps come in runs of one set and cost, as a batch of one route's checks does: the
+    // wire sends a run of checks without flags as one head and its length.
+    .prop_map(|runs| runs.concat())
+    .prop_filter("two checks or more", |steps| steps.len() >= 2)
 }
 
 /// `step` at `at_ms`, awaited.

@@ -18,10 +18,14 @@ use crate::{
 };
 
 /// A request's flags: counted once per request id, reserved for a settle, a settle giving back
-/// (carrying the time its reservation was taken at; without it a settle charges).
+/// (carrying the time its reservation was taken at; without it a settle charges), repeated (it
+/// stands for a run of requests alike but for their keys).
 const ONCE: u64 = 1;
 const RESERVE: u64 = 2;
 const TAKEN_AT: u64 = 4;
+const REPEAT: u64 = 8;
+/// A head is its flags plus this many times its set's number.
+const SET_STEP: u64 = 16;
 /// A policy's flags: it reads an override, it bans, it is in delay mode.
 const OVERRIDES: u64 = 1;
 const BAN: u64 = 2;
@@ -322,11 +326,29 @@ impl Call {
                 now_us.map_or(Arg::Text(""), Arg::Int).write(&mut cmd);
                 cmd.arg(sets.len());
                 sets.iter().flatten().for_each(|arg| arg.write(&mut cmd));
-                for request in requests {
-                    // The head: the flags below 8, the set's number (from 1) above.
-                    let head = request.flags + 8 * (request.set as u64 + 1);
+                let mut rest = &requests[..];
+                while let [request, ..] = rest {
+                    // A run of requests without flags of one cost and set (a batch of one
+                    // route's checks) goes as one head and its length: Redis makes a Lua
+                    // string of every argument, some 750 instructions a request.
+                    let run = if request.flags == 0 {
+                        rest.iter()
+                            .take_while(|r| {
+                                (r.flags, r.cost, r.set) == (0, request.cost, request.set)
+                            })
+                            .count()
+                    } else {
+                        1
+                    };
+                    let repeat = if run > 1 { REPEAT } else { 0 };
+                    // The head: the flags below SET_STEP, the set's number (from 1) above.
+                    let head = request.flags + repeat + SET_STEP * (request.set as u64 + 1);
                     cmd.arg(request.cost).arg(head);
                     request.extra.iter().for_each(|arg| arg.write(&mut cmd));
+                    if run > 1 {
+                        cmd.arg(run);
+                    }
+                    rest = &rest[run..];
                 }
             }
         }
@@ -637,7 +659,43 @@ mod tests {
                 "42", "2", // the time, two sets
                 "1", "fw", "5", "60000", "5", "0", // set 1: a
                 "1", "gcra", "7", "60000", "7", "0", // set 2: b
-                "1", "8", "2", "16", "3", "8", // cost and head (flags + 8 × set) each
+                "1", "16", "2", "32", "3", "16", // cost and head (flags + 16 × set) each
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_of_requests_alike_but_for_their_keys_is_sent_as_one_head_and_its_length() {
+        let scheme = KeyScheme::new("t").expect("a prefix");
+        let (a, b) = (
+            [policy("a", Algorithm::FixedWindow, 5)],
+            [policy("b", Algorithm::Gcra, 7)],
+        );
+        let one = |policies: &[Policy], client: &str, once: Option<(&str, u64)>| {
+            let request = Request {
+                once,
+                ..Request::new(policies, client)
+            };
+            encode(&scheme, None, &[request])
+        };
+        let calls = [
+            one(&a, "w", None),
+            one(&a, "x", None),
+            one(&a, "y", None),
+            one(&b, "y", None),
+            one(&b, "z", Some(("id", 9))),
+            one(&b, "z", Some(("id", 9))),
+            one(&a, "z", None),
+        ];
+        let joined = Call::joined(calls.iter());
+        assert_eq!(joined.keys.len(), 9);
+        assert_eq!(
+            &argv(&joined)[14..],
+            [
+                "1", "24", "3", // three of set 1: REPEAT + 16, then the run's length
+                "1", "32", // one of set 2
+                "1", "33", "9", "1", "33", "9", // request ids are never a run
+                "1", "16", // set 1 again
             ]
         );
     }

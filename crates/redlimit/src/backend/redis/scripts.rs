@@ -6,9 +6,8 @@ use super::protocol::Request;
 use crate::{Algorithm, Policy};
 
 /// The script for one policy of an algorithm: the prelude, the algorithm's file
-/// `lua/$name.lua`, the Lua making its `decide`, `take` and `alone` (`$make`; by default
-/// `$name_functions()` returning them first, second and fourth, `alone` nil for an algorithm
-/// without one), and the entry for one policy calling them.
+/// `lua/$name.lua`, the Lua making its `alone` (`$make`; by default `$name_functions()`
+/// returning it fourth), and the entry for one policy calling it.
 macro_rules! one {
     ($name:literal, make = $make:expr) => {
         concat!(
@@ -23,7 +22,7 @@ macro_rules! one {
     ($name:literal) => {
         one!(
             $name,
-            make = concat!("local decide, take, _, alone = ", $name, "_functions()")
+            make = concat!("local _, _, _, alone = ", $name, "_functions()")
         )
     };
 }
@@ -33,11 +32,11 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
         Algorithm::FixedWindow => one!(
             "fixed_window",
-            make = "local decide, _, take, _, _, _, alone = fixed_window_functions()"
+            make = "local _, _, _, _, _, _, alone = fixed_window_functions()"
         ),
         Algorithm::FixedWindowAnchored => one!(
             "fixed_window",
-            make = "local _, decide, _, take, _, _, _, _, alone = fixed_window_functions()"
+            make = "local _, _, _, _, _, _, _, _, alone = fixed_window_functions()"
         ),
         Algorithm::SlidingWindowLog => one!("sliding_window_log"),
         Algorithm::SlidingWindowCounter => one!("sliding_window_counter"),
