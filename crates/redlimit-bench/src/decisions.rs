@@ -62,17 +62,18 @@ impl Contender {
                     .arg(sha1)
                     .arg(1)
                     .arg(key)
-                    // Redis TIME; one request of cost 1, one policy, no flags (lua/protocol.lua).
+                    // Redis TIME; one set of one policy (fw, 100 per 60,000 ms, burst 100, no
+                    // flags); one request of cost 1, no flags, of set 1 (lua/protocol.lua).
                     .arg("")
                     .arg(1)
                     .arg(1)
-                    .arg(1)
-                    .arg(0)
                     .arg("fw")
                     .arg(100)
                     .arg(60_000)
                     .arg(100)
                     .arg(0)
+                    .arg(1)
+                    .arg(16)
                     .query_async(&mut conn.clone())
                     .await
                     .expect("raw EVALSHA");

@@ -122,7 +122,8 @@ struct ReadmeDoctests;
 /// `lua/protocol.lua`: the time in microseconds (or empty for Redis `TIME`), the number of
 /// policy sets, then per set its number of policies and per policy its algorithm, limit, window
 /// in milliseconds, burst and flags; then to the end, per request, its cost and its head (its
-/// flags plus 8 times its set's number, from 1). Reply, per request: four integers
+/// flags plus 16 times its set's number, from 1; with the flag 8 a head stands for a run of
+/// requests alike but for their keys, and the run's length follows). Reply, per request: four integers
 /// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). For
 /// preloading with `SCRIPT LOAD`, or for measuring against.
 pub const SCRIPT: &str = backend::redis::CHECK;
