@@ -330,7 +330,7 @@ impl Call {
                 while let [request, ..] = rest {
                     // A run of requests without flags of one cost and set (a batch of one
                     // route's checks) goes as one head and its length: Redis makes a Lua
-                    // string of every argument, some 750 instructions a request.
+                    // string of every argument, some 750 instructions each.
                     let run = if request.flags == 0 {
                         rest.iter()
                             .take_while(|r| {
