@@ -40,7 +40,7 @@ fn contenders() -> Vec<Contender> {
     let keys = KeyScheme::new("bench").expect("a valid prefix");
     let client = "client-__rand_int__";
     // The arguments redlimit sends for `policies` at Redis TIME (lua/protocol.lua): one policy
-    // set, then one request of cost 1, no flags, of set 1 (its head: 8 x 1).
+    // set, then one request of cost 1, no flags, of set 1 (its head: 16 x 1).
     let redlimit = |policies: &[Policy]| {
         let mut args = vec![policies.len().to_string()];
         args.extend(policies.iter().map(|p| keys.key(p, client)));
@@ -54,7 +54,7 @@ fn contenders() -> Vec<Contender> {
                 "0".to_owned(),
             ]);
         }
-        args.extend(["1".to_owned(), "8".to_owned()]);
+        args.extend(["1".to_owned(), "16".to_owned()]);
         args
     };
     // The naive script's window index from this process's clock, as its users compute it.
