@@ -45,6 +45,99 @@ local function decide_alone(set, out, base, k, now_us, cost)
   return k
 end
 
+-- Writes a request's remembered reply (stored, at its request id's key idem) into out, its
+-- policies' keys from KEYS[k] skipped. Returns where the next request's keys begin.
+local function replay(out, stored, set, reserve, idem, k)
+  local length, _ = 4 * #set + (reserve and 1 or 0), nil
+  for i = 1, #set do
+    local p = set[i]
+    _, _, _, _, _, _, k = policy_keys(p, KEYS, k, true)
+    if p.overrides then
+      length = length + 1
+    end
+  end
+  -- A reply of another shape would misalign every later request's in a batch.
+  if #stored ~= length then
+    corrupt(idem, 'holds the reply of another request')
+  end
+  for i = 1, length do
+    out[#out + 1] = stored[i]
+  end
+  return k
+end
+
+-- Decides a request of set (cost, a reservation, its request id's key idem remembered for
+-- once_window ms) at now_us, writing its reply into out after what is there; its keys from
+-- KEYS[k], kept as decide_requests says. Returns where the next request's keys begin. Its own
+-- function, so the loop over requests reads at a glance: a call per request costs a fixed
+-- window and a per-hour one 2% more instructions (replay under callgrind: 35,746 -> 36,540).
+local function decide_request(out, kept, set, k, now_us, cost, reserve, idem, once_window)
+  -- This request's reply starts after base; limits: the limit in force of each policy that
+  -- takes overrides, made at the first.
+  local base, admitted, limits, lone = #out, true, nil, #set == 1
+  if set.alone and cost > 0 then
+    k = decide_alone(set, out, base, k, now_us, cost)
+  else
+    for i = 1, #set do
+      local p = set[i]
+      local key, limit, window, burst, skey, bkey
+      key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
+      if p.overrides then
+        limits = limits or {}
+        limits[#limits + 1] = limit
+      end
+      local ban = p.ban
+      local allowed, remaining, reset, retry, b, c, d, e
+      local left = nil
+      if ban then
+        left = marks_of().banned(bkey, div(now_us, 1000))
+      end
+      if left then
+        allowed, remaining, reset, retry = 2, 0, left, left
+      else
+        allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
+        if allowed == 0 and ban and retry ~= NEVER then
+          local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
+          if length then
+            allowed, reset, retry = 2, max(reset, length), length
+          end
+        end
+      end
+      if allowed ~= 1 then
+        admitted = false
+      elseif cost > 0 and lone then
+        -- Nothing else to wait for: take at once, keeping nothing.
+        remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
+      else
+        local j = 9 * i
+        kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
+        kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
+      end
+      local r = base + 4 * i
+      out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
+    end
+    if admitted and cost > 0 and not lone then
+      for i = 1, #set do
+        local j = 9 * i
+        out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
+      end
+    end
+  end
+  for i = 1, limits and #limits or 0 do
+    out[#out + 1] = limits[i]
+  end
+  if reserve then
+    out[#out + 1] = 0
+  end
+  if idem then
+    remember(idem, out, base + 1, #out, once_window)
+  end
+  if reserve then
+    out[#out] = now_us
+  end
+  return k
+end
+
 -- Decides the requests from ARGV[a] on, writing each one's reply into out in place; kept: what
 -- each policy's take needs, nine values per policy, reused by every request of several policies
 -- (no table per request or policy); a lone policy takes as soon as it admits.
@@ -98,92 +191,17 @@ local function decide_requests(out, kept, a)
           stored = seen_before(idem)
         end
         if stored then
-          local length = 4 * #set + (reserve and 1 or 0)
-          for i = 1, #set do
-            local p = set[i]
-            _, _, _, _, _, _, k = policy_keys(p, KEYS, k, true)
-            if p.overrides then
-              length = length + 1
-            end
-          end
-          -- A reply of another shape would misalign every later request's in a batch.
-          if #stored ~= length then
-            corrupt(idem, 'holds the reply of another request')
-          end
-          for i = 1, length do
-            out[#out + 1] = stored[i]
-          end
+          k = replay(out, stored, set, reserve, idem, k)
         else
           now_us = now_us or clock(ARGV[1])
-          -- This request's reply starts after base; limits: the limit in force of each policy that
-          -- takes overrides, made at the first.
-          local base, admitted, limits, lone = #out, true, nil, #set == 1
-          if set.alone and cost > 0 then
-            k = decide_alone(set, out, base, k, now_us, cost)
-          else
-            for i = 1, #set do
-              local p = set[i]
-              local key, limit, window, burst, skey, bkey
-              key, limit, window, burst, skey, bkey, k = policy_keys(p, KEYS, k)
-              if p.overrides then
-                limits = limits or {}
-                limits[#limits + 1] = limit
-              end
-              local ban = p.ban
-              local allowed, remaining, reset, retry, b, c, d, e
-              local left = nil
-              if ban then
-                left = marks_of().banned(bkey, div(now_us, 1000))
-              end
-              if left then
-                allowed, remaining, reset, retry = 2, 0, left, left
-              else
-                allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
-                if allowed == 0 and ban and retry ~= NEVER then
-                  local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
-                  if length then
-                    allowed, reset, retry = 2, max(reset, length), length
-                  end
-                end
-              end
-              if allowed ~= 1 then
-                admitted = false
-              elseif cost > 0 and lone then
-                -- Nothing else to wait for: take at once, keeping nothing.
-                remaining, reset = p.take(key, limit, window, burst, now_us, cost, b, c, d, e)
-              else
-                local j = 9 * i
-                kept[j - 8], kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4] = p.take, key, limit, window, burst
-                kept[j - 3], kept[j - 2], kept[j - 1], kept[j] = b, c, d, e
-              end
-              local r = base + 4 * i
-              out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
-            end
-            if admitted and cost > 0 and not lone then
-              for i = 1, #set do
-                local j = 9 * i
-                out[base + 4 * i - 2], out[base + 4 * i - 1] = kept[j - 8](kept[j - 7], kept[j - 6], kept[j - 5], kept[j - 4], now_us, cost, kept[j - 3], kept[j - 2], kept[j - 1], kept[j])
-              end
-            end
-          end
-          for i = 1, limits and #limits or 0 do
-            out[#out + 1] = limits[i]
-          end
-          if reserve then
-            out[#out + 1] = 0
-          end
-          if idem then
-            remember(idem, out, base + 1, #out, once_window)
-          end
-          if reserve then
-            out[#out] = now_us
-          end
+          k = decide_request(out, kept, set, k, now_us, cost, reserve, idem, once_window)
         end
         done = #out
       end
     end
   end
 end
+
 -- Redis keeps a script's writes when it fails, so a batch that stops at a request (its state
 -- corrupt) answers the requests decided before it, whose writes stand, and no more: the client
 -- sends that request and the rest again, and none is counted twice. One pcall per call.
