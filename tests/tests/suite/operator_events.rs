@@ -170,3 +170,45 @@ async fn a_backend_from_the_applications_pool_cannot_listen_and_keeps_blocks_a_s
     .await;
     println!("unheard reset took effect after {took:?}");
 }
+
+/// A flood that starts with the service: a client already over its limit is checked at once
+/// after `build()`, and again right after. The first goes to Redis, the rest are answered by
+/// the local block, before and after the listener first subscribes (which drops nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_recorded_at_start_is_kept_when_the_listener_first_subscribes() {
+    let server = RedisServer::start();
+    let elsewhere = server.limiter();
+    for _ in 0..2 {
+        assert!(
+            elsewhere
+                .check(&redlimit::PolicySet::from(api()), "k1")
+                .await
+                .expect("redis")
+                .allowed()
+        );
+    }
+    let mut stats = server.connection();
+    let guard = instance(server.backend());
+    let before = redlimit_tests::script_calls(&mut stats).commands;
+    let first = guard.check("k1").await;
+    assert_eq!(first[0].reason, Reason::Redis);
+    assert!(!first.allowed());
+    let second = guard.check("k1").await;
+    assert_eq!(
+        second[0].reason,
+        Reason::LocalBlock,
+        "at once after the first"
+    );
+    until("listening", async || listening(&guard)).await;
+    let third = guard.check("k1").await;
+    assert_eq!(
+        third[0].reason,
+        Reason::LocalBlock,
+        "kept by the first subscription"
+    );
+    assert_eq!(
+        redlimit_tests::script_calls(&mut stats).commands - before,
+        1,
+        "one script call: the first check's"
+    );
+}

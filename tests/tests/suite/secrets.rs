@@ -3,6 +3,7 @@
 use redlimit::PolicySet;
 use std::time::Duration;
 
+use deadpool_redis::redis;
 use redlimit::{Algorithm, FailurePolicy, GuardedLimiter, Limiter, Reason, RedisBackend};
 use redlimit_tests::{RedisServer, free_port};
 
@@ -103,4 +104,80 @@ async fn a_pool_the_application_built_carries_its_own_credentials() {
         allowed
     };
     assert_eq!(allowed, [true, true, false]);
+}
+
+/// A guard on `url` with a log of its own: the WARN lines of three failing checks.
+async fn warnings_of_three_failing_checks(url: String) -> Vec<String> {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let backend = RedisBackend::builder(url)
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("a valid url");
+    // Two policies: a call of more than ten arguments, which Redis refuses differently.
+    let both = PolicySet::new([
+        policy(Algorithm::FixedWindow, 5, 60_000, None),
+        policy(Algorithm::Gcra, 5, 60_000, None),
+    ])
+    .expect("a valid set");
+    let guard = GuardedLimiter::builder(Limiter::new(backend), both)
+        .failure(FailurePolicy::Open)
+        .budget(Duration::from_secs(5))
+        .build();
+    for _ in 0..3 {
+        let decisions = guard.check("client").await;
+        assert_eq!(decisions[0].reason, Reason::FailOpen);
+    }
+    let log = logs.text();
+    assert_secret_free("the log", &log);
+    log.lines()
+        .filter(|line| line.contains("WARN"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A refusal of the server's set-up is logged as what the operator must do: one WARN line for
+/// three failing checks, naming authentication or the ACL.
+#[tokio::test(flavor = "current_thread")]
+async fn a_missing_password_a_wrong_one_and_an_acl_refusal_are_named() {
+    let server = RedisServer::start_with(&["--requirepass", RIGHT]);
+    let port = server.port();
+    let mut admin = redis::Client::open(format!("redis://:{RIGHT}@127.0.0.1:{port}"))
+        .and_then(|client| client.get_connection())
+        .expect("the admin's connection");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("limited")
+        .arg("on")
+        .arg(format!(">{RIGHT}"))
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-evalsha")
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    for (url, named) in [
+        (
+            format!("redis://127.0.0.1:{port}"),
+            "authentication required",
+        ),
+        (
+            format!("redis://:{WRONG}@127.0.0.1:{port}"),
+            "authentication failed",
+        ),
+        (
+            format!("redis://limited:{RIGHT}@127.0.0.1:{port}"),
+            "ACL denied: the user may not run `evalsha`",
+        ),
+    ] {
+        let warnings = warnings_of_three_failing_checks(url).await;
+        assert_eq!(warnings.len(), 1, "{named}: one line: {warnings:?}");
+        assert!(warnings[0].contains(named), "{named}: {warnings:?}");
+        println!("{}", warnings[0]);
+    }
 }

@@ -7,7 +7,7 @@ use std::{
 };
 
 use redlimit::{Algorithm, CircuitBreaker, ErrorKind, GuardedLimiter, Limiter, RedisBackend};
-use redlimit_tests::{RedisServer, free_port};
+use redlimit_tests::{RedisCluster, RedisSentinel, RedisServer, free_port};
 
 use crate::support::{alone, policy};
 
@@ -94,4 +94,85 @@ async fn a_redis_that_is_down_fails_fast_and_is_used_again_when_back() {
     assert_eq!(server.port(), port);
     let decision = limiter.check(&alone(&p), "c").await.expect("redis is back")[0].clone();
     assert!(decision.allowed);
+}
+
+/// The budget is a check's one clock: with Redis paused (`CLIENT PAUSE … WRITE`: the
+/// connection is up, a script waits, while sentinels' and the cluster's pings are answered, so
+/// nothing fails over), a guard answers its failure policy when its budget ends, neither
+/// earlier (redis-rs's own 500 ms response timer, or its 1 s connect timer) nor much later.
+/// `node` is the connection that pauses the server serving `client`.
+async fn a_paused_redis_costs_exactly_the_budget(
+    limiter: Limiter,
+    client: &str,
+    mut node: deadpool_redis::redis::Connection,
+    topology: &str,
+) {
+    let p = policy(Algorithm::Gcra, 10, 1_000, None);
+    for budget in [Duration::from_millis(200), Duration::from_secs(1)] {
+        let guard = GuardedLimiter::builder(limiter.clone(), p.clone())
+            .budget(budget)
+            .circuit_breaker(CircuitBreaker::new(u32::MAX, Duration::from_secs(1)))
+            .build();
+        // Connected and the script loaded: what follows waits only for the reply.
+        let warm = guard.check(client).await;
+        assert!(warm.error().is_none(), "{topology}: {:?}", warm.error());
+        let _: () = deadpool_redis::redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(5_000)
+            .arg("WRITE")
+            .query(&mut node)
+            .expect("CLIENT PAUSE");
+        let started = Instant::now();
+        let decisions = guard.check(client).await;
+        let took = started.elapsed();
+        let _: () = deadpool_redis::redis::cmd("CLIENT")
+            .arg("UNPAUSE")
+            .query(&mut node)
+            .expect("CLIENT UNPAUSE");
+        println!("{topology}: budget {budget:?}, the failure policy answered after {took:?}");
+        let error = decisions
+            .error()
+            .unwrap_or_else(|| panic!("{topology}: the failure policy answered: {decisions:?}"));
+        assert!(error.is_timeout(), "{topology}, budget {budget:?}: {error}");
+        assert!(
+            took >= budget,
+            "{topology}: answered after {took:?}, before the budget of {budget:?}"
+        );
+        assert!(took < budget + MARGIN, "{topology}: took {took:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_paused_standalone_redis_costs_exactly_the_budget() {
+    let server = RedisServer::start();
+    let limiter = limiter(server.url());
+    a_paused_redis_costs_exactly_the_budget(limiter, "c", server.connection(), "standalone").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cluster_primary_costs_exactly_the_budget() {
+    let cluster = RedisCluster::start();
+    let limiter = Limiter::new(
+        RedisBackend::cluster(cluster.urls())
+            .build()
+            .expect("valid urls"),
+    );
+    let p = policy(Algorithm::Gcra, 10, 1_000, None);
+    let port = cluster
+        .primary_of(&limiter.keys().key(&p, "c"))
+        .expect("a primary serves the key");
+    a_paused_redis_costs_exactly_the_budget(limiter, "c", cluster.connection(port), "cluster")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sentinel_primary_costs_exactly_the_budget() {
+    let setup = RedisSentinel::start();
+    let limiter = Limiter::new(
+        RedisBackend::sentinel(setup.urls(), RedisSentinel::MASTER)
+            .build()
+            .expect("valid urls"),
+    );
+    let node = setup.primary().connection();
+    a_paused_redis_costs_exactly_the_budget(limiter, "c", node, "sentinel").await;
 }

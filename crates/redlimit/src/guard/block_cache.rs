@@ -54,9 +54,12 @@ struct Block {
     until_us: u64,
     min_cost: u64,
     decisions: Vec<Decision>,
-    /// When it was recorded, and under how many operator events heard.
+    /// When it was recorded, under how many operator events heard, and whether a listener
+    /// heard events then: one recorded deaf may have missed an event already, so it is used
+    /// for at most [`DEAF_BLOCK_US`] even once a listener hears.
     since_us: u64,
     generation: u64,
+    heard_since: bool,
 }
 
 impl Block {
@@ -65,7 +68,8 @@ impl Block {
         self.until_us > now_us
             && cost >= self.min_cost
             && self.generation == heard.generation
-            && (heard.listening || now_us < self.since_us.saturating_add(DEAF_BLOCK_US))
+            && ((heard.listening && self.heard_since)
+                || now_us < self.since_us.saturating_add(DEAF_BLOCK_US))
     }
 }
 
@@ -175,6 +179,7 @@ impl BlockCache {
             decisions: decisions.to_vec(),
             since_us: sent_us,
             generation: heard.generation,
+            heard_since: heard.listening,
         };
         let mut shard = self.shard(slot);
         match shard.get_mut(slot.id) {
@@ -284,6 +289,31 @@ mod tests {
             cache.blocked(&slot, 1, DEAF_BLOCK_US, deaf).is_none(),
             "unheard events: at most 1 s"
         );
+    }
+
+    /// A block recorded before the listener first subscribes is kept when it does (a flood
+    /// at start is answered locally), yet still for at most a second: an event published
+    /// before the subscription went unheard.
+    #[test]
+    fn a_block_recorded_deaf_is_kept_once_listening_for_at_most_a_second() {
+        let cache = BlockCache::new(100);
+        let deaf = Heard {
+            listening: false,
+            ..LISTENING
+        };
+        let slot = cache.slot("c");
+        let decisions = Decisions::new(vec![denied(60_000)]);
+        cache.record(&slot, 1, (0, deaf), &decisions);
+        assert!(cache.blocked(&slot, 1, 10_000, LISTENING).is_some());
+        assert!(
+            cache
+                .blocked(&slot, 1, DEAF_BLOCK_US - 1, LISTENING)
+                .is_some()
+        );
+        assert!(cache.blocked(&slot, 1, DEAF_BLOCK_US, LISTENING).is_none());
+        // Recorded while listening: used until it ends.
+        record(&cache, "c", 1, 0, &[denied(60_000)]);
+        assert!(blocked(&cache, "c", 1, DEAF_BLOCK_US * 10).is_some());
     }
 
     #[test]

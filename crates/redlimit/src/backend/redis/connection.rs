@@ -1,13 +1,28 @@
 //! The pools of the three Redis topologies behind one connection type.
 
 use deadpool_redis::redis::{
-    Cmd, Pipeline, RedisFuture, Value,
+    AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
     aio::{ConnectionLike, MultiplexedConnection},
 };
 
 use deadpool_redis::PoolError;
 
 use crate::{Error, ErrorKind};
+
+/// A timer that never ends before a caller's: a day. For the one library timer that cannot be
+/// turned off, the Cluster client's connect timer.
+#[cfg(feature = "cluster")]
+pub(crate) const NO_TIMER: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// The settings of a connection without a timer of its own. redis-rs gives every connection a
+/// 500 ms response timer and a 1 s connect timer unless told otherwise, which would cut short a
+/// longer budget: each wait is timed by the caller's one timer instead, the check's budget or
+/// the backend's.
+pub(crate) fn untimed() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(None)
+}
 
 /// A pool per topology.
 pub(crate) enum Pools {
@@ -66,7 +81,12 @@ impl Pools {
                 PoolError::Backend(err) if err.is_timeout() => ErrorKind::Timeout,
                 _ => ErrorKind::Backend,
             };
-            Error::new(kind, format!("no redis connection: {err}"))
+            let cause = match err {
+                PoolError::Backend(err) => super::refusal::cause(err),
+                _ => None,
+            };
+            let cause = cause.map(|cause| cause + ": ").unwrap_or_default();
+            Error::new(kind, format!("no redis connection: {cause}{err}"))
         };
         Ok(match self {
             Self::Standalone(pool) => {

@@ -6,8 +6,10 @@
 //! whose guards keep blocks listens on one connection of its own and counts what it hears: a
 //! block recorded before the latest event is not used, so the client's next check goes to Redis.
 //! While the listener is not subscribed (Redis restarting, a failover) blocks are used for at
-//! most [`DEAF_BLOCK_US`] after they were recorded, and once it listens again every block
-//! recorded before is dropped, since an event may have been missed meanwhile.
+//! most [`DEAF_BLOCK_US`] after they were recorded, even once it listens (an event may have been
+//! missed before), and once it listens again after listening every block recorded before is
+//! dropped, since an event may have been missed meanwhile. Its first subscription drops
+//! nothing: blocks recorded while it connects, a flood at start, stay local.
 
 use std::{
     sync::{
@@ -37,6 +39,9 @@ const RECONNECT: Duration = Duration::from_millis(200);
 pub(crate) struct Events {
     generation: AtomicU64,
     listening: AtomicBool,
+    /// Whether a listener ever heard events: only after that can blocks recorded while it
+    /// listened have missed an event.
+    listened: AtomicBool,
     started: AtomicBool,
     channels: Mutex<Vec<String>>,
 }
@@ -69,8 +74,9 @@ impl Events {
     }
 
     fn set_listening(&self, listening: bool) {
-        if listening {
-            // Events may have been missed while deaf: blocks recorded then are dropped.
+        // Events may have been missed while deaf: blocks recorded while listening before are
+        // dropped (those recorded deaf last at most `DEAF_BLOCK_US` anyway).
+        if listening && self.listened.swap(true, Ordering::AcqRel) {
             self.hear();
         }
         self.listening.store(listening, Ordering::Release);

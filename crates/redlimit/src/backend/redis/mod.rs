@@ -13,8 +13,8 @@ use std::{
 use deadpool_redis::{
     Runtime,
     redis::{
-        AsyncConnectionConfig, Cmd, ConnectionInfo, ErrorKind as RedisErrorKind, FromRedisValue,
-        IntoConnectionInfo, RedisError, ServerErrorKind, aio::ConnectionLike,
+        Cmd, ConnectionInfo, ErrorKind as RedisErrorKind, FromRedisValue, IntoConnectionInfo,
+        RedisError, ServerErrorKind, aio::ConnectionLike,
     },
 };
 
@@ -317,7 +317,7 @@ impl RedisBackend {
             }
         }
         reply.map_err(|err| {
-            if err.is_unrecoverable_error() || err.is_timeout() {
+            if refusal::closes_connection(&err) || err.is_timeout() {
                 self.discard(generation);
             }
             call.error(err)
@@ -350,7 +350,7 @@ impl RedisBackend {
         self.within_budget(async {
             let (mut conn, generation) = self.connection().await?;
             cmd.query_async(&mut conn).await.map_err(|err| {
-                if err.is_unrecoverable_error() {
+                if refusal::closes_connection(&err) {
                     self.discard(generation);
                 }
                 what.error(err)
@@ -791,9 +791,9 @@ impl RedisBackendBuilder {
                 message: err.to_string(),
             }
         };
-        // No timer of the pool's or the connection's own: every wait (for the pool, to
-        // connect, for a reply) happens inside the caller's one timer, the check's budget or
-        // the backend's, so a check's budget is never cut short by another.
+        // No timer of the pool's or the connection's own (see `connection::untimed`): every
+        // wait (for the pool, to connect, for a reply) happens inside the caller's one timer,
+        // the check's budget or the backend's, so a check's budget is never cut short by another.
         macro_rules! pool {
             ($builder:expr, $field:literal) => {
                 $builder
@@ -807,7 +807,7 @@ impl RedisBackendBuilder {
             Topology::Pool(pool) => Pools::Standalone(pool.clone()),
             Topology::Standalone(url) => {
                 check_url("redis url", url)?;
-                let connection = AsyncConnectionConfig::new();
+                let connection = connection::untimed();
                 #[cfg(feature = "tls")]
                 let manager = match self.tls.connection_info(url)? {
                     Some(info) => deadpool_redis::Manager::new_with_config(info, connection),
@@ -835,6 +835,10 @@ impl RedisBackendBuilder {
                 if let Some(certificates) = self.tls.certificates() {
                     client = client.certs(certificates);
                 }
+                // A connect timer is the one timer the cluster client insists on (1 s unless
+                // set; its replies have none unless set): one so long that the caller's budget
+                // always ends first.
+                let client = client.connection_timeout(connection::NO_TIMER);
                 let manager = cluster_pool::ClusterManager::new(client)
                     .map_err(|e| invalid("cluster urls")(&e))?;
                 Pools::Cluster(pool!(

@@ -385,6 +385,10 @@ impl Call {
                 ),
             );
         }
+        if let Some(cause) = super::refusal::cause(&err) {
+            return Error::new(ErrorKind::Backend, format!("redis refused: {cause}"))
+                .with_source(err);
+        }
         let kind = if err.is_timeout() {
             ErrorKind::Timeout
         } else {
