@@ -12,6 +12,7 @@ struct ReadmeDoctests;
 
 mod cluster;
 mod commands;
+mod fake;
 mod http;
 mod pki;
 mod sentinel;
@@ -20,6 +21,7 @@ mod server;
 pub use self::{
     cluster::RedisCluster,
     commands::{CommandStat, Sent, command_calls, commands_sent, script_calls},
+    fake::HugeReplyServer,
     http::{HttpResponse, TestClock, http_get, serve},
     pki::Pki,
     sentinel::RedisSentinel,

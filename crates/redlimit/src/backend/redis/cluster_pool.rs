@@ -8,10 +8,50 @@ use std::sync::atomic::AtomicUsize;
 
 use deadpool::managed;
 use deadpool_redis::redis::{
-    RedisError, RedisResult,
+    AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult,
+    Value,
+    aio::{ConnectionLike, MultiplexedConnection},
     cluster::{ClusterClient, ClusterClientBuilder},
-    cluster_async::ClusterConnection,
+    cluster_async::{ClusterConnection, Connect},
 };
+
+/// A connection to the Cluster: one per node, each with its replies bounded.
+pub(crate) type Cluster = ClusterConnection<NodeConnection>;
+
+/// A connection to one node of the Cluster, with its replies bounded (see `bounded.rs`).
+#[derive(Clone)]
+pub(crate) struct NodeConnection(MultiplexedConnection);
+
+impl Connect for NodeConnection {
+    fn connect_with_config<'a, T>(info: T, config: AsyncConnectionConfig) -> RedisFuture<'a, Self>
+    where
+        T: IntoConnectionInfo + Send + 'a,
+    {
+        Box::pin(async move {
+            let info = info.into_connection_info()?;
+            super::bounded::connect(&info, config).await.map(Self)
+        })
+    }
+}
+
+impl ConnectionLike for NodeConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
 
 /// Makes cluster connections that never retry, and checks a pooled one with a `PING`.
 pub(crate) struct ClusterManager {
@@ -30,16 +70,18 @@ impl ClusterManager {
 }
 
 impl managed::Manager for ClusterManager {
-    type Type = ClusterConnection;
+    type Type = Cluster;
     type Error = RedisError;
 
-    async fn create(&self) -> Result<ClusterConnection, RedisError> {
-        self.client.get_async_connection().await
+    async fn create(&self) -> Result<Cluster, RedisError> {
+        // The generic connection (hidden from redis-rs's docs, yet public) is how a Cluster's
+        // node connections get a stream of their own.
+        self.client.get_async_generic_connection().await
     }
 
     async fn recycle(
         &self,
-        conn: &mut ClusterConnection,
+        conn: &mut Cluster,
         _: &managed::Metrics,
     ) -> managed::RecycleResult<RedisError> {
         super::connection::recycle_with_ping(conn, &self.pings).await

@@ -26,7 +26,9 @@ pub(crate) fn untimed() -> AsyncConnectionConfig {
 
 /// A pool per topology.
 pub(crate) enum Pools {
-    Standalone(deadpool_redis::Pool),
+    Standalone(super::standalone_pool::StandalonePool),
+    /// A pool the application built.
+    Application(deadpool_redis::Pool),
     #[cfg(feature = "cluster")]
     Cluster(super::cluster_pool::ClusterPool),
     #[cfg(feature = "sentinel")]
@@ -35,7 +37,8 @@ pub(crate) enum Pools {
 
 /// A connection checked out of its pool and kept for sharing.
 pub(crate) enum Held {
-    Standalone(deadpool_redis::Connection),
+    Standalone(super::standalone_pool::StandaloneObject),
+    Application(deadpool_redis::Connection),
     #[cfg(feature = "cluster")]
     Cluster(super::cluster_pool::ClusterObject),
     #[cfg(feature = "sentinel")]
@@ -48,14 +51,14 @@ pub(crate) enum Held {
 pub(crate) enum Conn {
     Multiplexed(MultiplexedConnection),
     #[cfg(feature = "cluster")]
-    Cluster(deadpool_redis::cluster::ClusterConnection),
+    Cluster(super::cluster_pool::Cluster),
 }
 
 impl Pools {
     /// Whether the keys are spread over the nodes of a Cluster.
     pub(crate) const fn is_cluster(&self) -> bool {
         match self {
-            Self::Standalone(_) => false,
+            Self::Standalone(_) | Self::Application(_) => false,
             #[cfg(feature = "cluster")]
             Self::Cluster(_) => true,
             #[cfg(feature = "sentinel")]
@@ -66,6 +69,7 @@ impl Pools {
     pub(crate) fn status(&self) -> deadpool_redis::Status {
         match self {
             Self::Standalone(pool) => pool.status(),
+            Self::Application(pool) => pool.status(),
             #[cfg(feature = "cluster")]
             Self::Cluster(pool) => pool.status(),
             #[cfg(feature = "sentinel")]
@@ -92,6 +96,9 @@ impl Pools {
             Self::Standalone(pool) => {
                 Held::Standalone(pool.get().await.map_err(|e| unavailable(&e))?)
             }
+            Self::Application(pool) => {
+                Held::Application(pool.get().await.map_err(|e| unavailable(&e))?)
+            }
             #[cfg(feature = "cluster")]
             Self::Cluster(pool) => Held::Cluster(pool.get().await.map_err(|e| unavailable(&e))?),
             #[cfg(feature = "sentinel")]
@@ -104,6 +111,7 @@ impl Held {
     pub(crate) fn conn(&self) -> Conn {
         match self {
             Self::Standalone(held) => Conn::Multiplexed((**held).clone()),
+            Self::Application(held) => Conn::Multiplexed((**held).clone()),
             #[cfg(feature = "cluster")]
             Self::Cluster(held) => Conn::Cluster((**held).clone()),
             #[cfg(feature = "sentinel")]
@@ -114,7 +122,10 @@ impl Held {
     /// Removes the connection from its pool for good: a connection that failed is not recycled.
     pub(crate) fn discard(self) {
         match self {
-            Self::Standalone(held) => drop(deadpool_redis::Connection::take(held)),
+            Self::Standalone(held) => {
+                drop(super::standalone_pool::StandaloneObject::take(held));
+            }
+            Self::Application(held) => drop(deadpool_redis::Connection::take(held)),
             #[cfg(feature = "cluster")]
             Self::Cluster(held) => drop(super::cluster_pool::ClusterObject::take(held)),
             #[cfg(feature = "sentinel")]
@@ -155,8 +166,7 @@ impl ConnectionLike for Conn {
 }
 
 /// Checks a pooled connection before it is handed out again: a `PING` with a number of its own
-/// must come back as that number. For the Cluster's and Sentinel's pool managers.
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
+/// must come back as that number. For the pool managers of this crate.
 pub(crate) async fn recycle_with_ping(
     conn: &mut impl ConnectionLike,
     pings: &std::sync::atomic::AtomicUsize,

@@ -19,6 +19,7 @@ use deadpool_redis::{
 };
 
 mod batch;
+mod bounded;
 #[cfg(feature = "cluster")]
 mod cluster_pool;
 mod connection;
@@ -28,6 +29,7 @@ mod refusal;
 mod scripts;
 #[cfg(feature = "sentinel")]
 mod sentinel_pool;
+mod standalone_pool;
 #[cfg(feature = "tls")]
 mod tls;
 mod url;
@@ -804,19 +806,25 @@ impl RedisBackendBuilder {
             };
         }
         Ok(match &self.topology {
-            Topology::Pool(pool) => Pools::Standalone(pool.clone()),
+            Topology::Pool(pool) => Pools::Application(pool.clone()),
             Topology::Standalone(url) => {
                 check_url("redis url", url)?;
-                let connection = connection::untimed();
                 #[cfg(feature = "tls")]
-                let manager = match self.tls.connection_info(url)? {
-                    Some(info) => deadpool_redis::Manager::new_with_config(info, connection),
-                    None => deadpool_redis::Manager::new_with_config(url.as_str(), connection),
-                };
+                let info = self.tls.connection_info(url)?;
                 #[cfg(not(feature = "tls"))]
-                let manager = deadpool_redis::Manager::new_with_config(url.as_str(), connection);
-                let manager = manager.map_err(|e| invalid("redis url")(&e))?;
-                Pools::Standalone(pool!(deadpool_redis::Pool::builder(manager), "redis url"))
+                let info = None;
+                let info = match info {
+                    Some(info) => info,
+                    None => url
+                        .as_str()
+                        .into_connection_info()
+                        .map_err(|e| invalid("redis url")(&e))?,
+                };
+                let manager = standalone_pool::StandaloneManager::new(info);
+                Pools::Standalone(pool!(
+                    standalone_pool::StandalonePool::builder(manager),
+                    "redis url"
+                ))
             }
             #[cfg(feature = "cluster")]
             Topology::Cluster(urls) => {

@@ -78,12 +78,11 @@ impl managed::Manager for SentinelManager {
     type Error = RedisError;
 
     async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
-        // Untimed to the primary (the caller's budget times it); redis-rs's questions to the
-        // sentinels keep their own timers, 500 ms a sentinel before it asks the next.
+        // Untimed and bounded to the primary (the caller's budget times it); redis-rs's
+        // questions to the sentinels keep their own timers, 500 ms a sentinel before it asks
+        // the next.
         let primary = self.client.lock().await.async_get_client().await?;
-        primary
-            .get_multiplexed_async_connection_with_config(&super::connection::untimed())
-            .await
+        super::bounded::connect(primary.get_connection_info(), super::connection::untimed()).await
     }
 
     async fn recycle(
