@@ -146,7 +146,7 @@ pub const SCRIPT: &str = backend::redis::CHECK;
 /// # Ok::<(), redlimit::ConfigError>(())
 /// ```
 pub fn script_of(policies: &[Policy]) -> &'static str {
-    backend::redis::source_of(policies)
+    backend::redis::protocol::source_of(policies)
 }
 
 /// The deadpool-redis this crate is built with, for [`RedisBackend::from_pool`].

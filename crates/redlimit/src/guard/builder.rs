@@ -1,6 +1,6 @@
 use std::{fmt, time::Duration};
 
-use super::guarded_limiter::Clock;
+use super::parts::{Clock, Parts};
 use crate::{BlockCache, CircuitBreaker, FailurePolicy, GuardedLimiter, Limiter, PolicySet};
 
 /// Builds a [`GuardedLimiter`]: each setting is independent of the others and of their
@@ -28,20 +28,6 @@ pub struct GuardBuilder {
     parts: Parts,
 }
 
-/// What a guard is built from.
-pub(super) struct Parts {
-    pub(super) limiter: Limiter,
-    pub(super) policies: PolicySet,
-    pub(super) failure: FailurePolicy,
-    pub(super) budget: Duration,
-    pub(super) breaker: CircuitBreaker,
-    pub(super) shadow: bool,
-    pub(super) near_share: f64,
-    /// `None`: the default for the policies.
-    pub(super) blocks: Option<Option<BlockCache>>,
-    pub(super) clock: Option<Clock>,
-}
-
 impl fmt::Debug for GuardBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts = &self.parts;
@@ -54,8 +40,16 @@ impl fmt::Debug for GuardBuilder {
     }
 }
 
+impl GuardedLimiter {
+    /// Starts a guard of `limiter` checking `policies` (one policy converts, several are a
+    /// [`PolicySet`]): set what differs from the defaults, then [`build`](GuardBuilder::build).
+    pub fn builder(limiter: Limiter, policies: impl Into<PolicySet>) -> GuardBuilder {
+        GuardBuilder::new(limiter, policies.into())
+    }
+}
+
 impl GuardBuilder {
-    pub(super) fn new(limiter: Limiter, policies: PolicySet) -> Self {
+    fn new(limiter: Limiter, policies: PolicySet) -> Self {
         Self {
             parts: Parts {
                 limiter,

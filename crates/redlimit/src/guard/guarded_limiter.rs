@@ -9,9 +9,9 @@ use tracing::{Instrument, Span, field};
 use super::{
     block_cache::Slot,
     breakers::Breakers,
-    builder::{GuardBuilder, Parts},
     error_log::ErrorLog,
     metrics::Metrics,
+    parts::{Clock, Parts},
 };
 use crate::{
     BlockCache, Check, CheckRequest, CircuitBreaker, ConcurrencyPolicy, Decision, Decisions, Error,
@@ -21,9 +21,6 @@ use crate::{
     check_request::Options,
     client_id,
 };
-
-/// A source of explicit check times, for tests and replays; see [`GuardBuilder::clock`].
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// A [`Limiter`] with a fixed set of policies, a time budget, a failure policy, a circuit
 /// breaker and a local block cache: every check returns decisions, whatever happens to the
@@ -60,7 +57,7 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 ///
 /// | name | type | labels | what |
 /// |---|---|---|---|
-/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](GuardBuilder::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through; also one per [`acquire`](Self::acquire), under the concurrency policy's name |
+/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](crate::GuardBuilder::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through; also one per [`acquire`](Self::acquire), under the concurrency policy's name |
 /// | `redlimit_backend_errors_total` | counter | `policy`, `kind` | checks whose backend failed, by [`ErrorKind::as_str`] |
 /// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |
 /// | `redlimit_circuit_open` | gauge | `policy`, `circuit` | 1 while a circuit is open, else 0; `circuit` is `0`, or a Cluster's slot range such as `0-255` |
@@ -118,12 +115,6 @@ impl fmt::Debug for GuardedLimiter {
 }
 
 impl GuardedLimiter {
-    /// Starts a guard of `limiter` checking `policies` (one policy converts, several are a
-    /// [`PolicySet`]): set what differs from the defaults, then [`build`](GuardBuilder::build).
-    pub fn builder(limiter: Limiter, policies: impl Into<PolicySet>) -> GuardBuilder {
-        GuardBuilder::new(limiter, policies.into())
-    }
-
     pub(super) fn from_parts(parts: Parts) -> Self {
         let Parts {
             limiter,
@@ -187,7 +178,7 @@ impl GuardedLimiter {
         self.inner.breakers.first()
     }
 
-    /// Whether the guard is in shadow (dry-run) mode; see [`shadow`](GuardBuilder::shadow).
+    /// Whether the guard is in shadow (dry-run) mode; see [`shadow`](crate::GuardBuilder::shadow).
     pub fn is_shadow(&self) -> bool {
         self.inner.shadow
     }

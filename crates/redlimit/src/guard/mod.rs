@@ -11,16 +11,12 @@ mod error_log;
 mod failure_policy;
 mod guarded_limiter;
 mod metrics;
+mod parts;
 mod stats;
 #[cfg(test)]
 mod tests;
 
 pub use self::{
-    block_cache::BlockCache,
-    builder::GuardBuilder,
-    check::Check,
-    circuit_breaker::CircuitBreaker,
-    failure_policy::FailurePolicy,
-    guarded_limiter::{Clock, GuardedLimiter},
-    stats::Stats,
+    block_cache::BlockCache, builder::GuardBuilder, check::Check, circuit_breaker::CircuitBreaker,
+    failure_policy::FailurePolicy, guarded_limiter::GuardedLimiter, parts::Clock, stats::Stats,
 };

@@ -11,45 +11,21 @@ use std::{
     task::{Context, Poll},
 };
 
-use deadpool_redis::redis::{
-    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisResult, aio::MultiplexedConnection,
-};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The largest reply read: far above the largest answer of this protocol (a `SCAN` page of a
 /// thousand keys, a batch of checks), far below what would hurt an application's memory.
 pub(crate) const MAX_REPLY: u64 = 4 << 20;
 
-/// A connection to the server `info` names, its replies bounded by [`MAX_REPLY`] over plain
-/// TCP. Over TLS or a Unix socket redis-rs makes the stream itself, unbounded.
-pub(crate) async fn connect(
-    info: &ConnectionInfo,
-    config: AsyncConnectionConfig,
-) -> RedisResult<MultiplexedConnection> {
-    let ConnectionAddr::Tcp(host, port) = info.addr() else {
-        return deadpool_redis::redis::Client::open(info.clone())?
-            .get_multiplexed_async_connection_with_config(&config)
-            .await;
-    };
-    let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-    stream.set_nodelay(info.tcp_settings().nodelay())?;
-    let stream = Bounded::new(stream, MAX_REPLY);
-    let (connection, driver) =
-        MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
-    // The driver ends when the last clone of the connection is dropped.
-    tokio::spawn(driver);
-    Ok(connection)
-}
-
 /// A stream whose replies may be at most `max` bytes each.
 #[derive(Debug)]
-pub(crate) struct Bounded<S> {
+pub(super) struct Bounded<S> {
     stream: S,
     replies: Replies,
 }
 
 impl<S> Bounded<S> {
-    pub(crate) fn new(stream: S, max: u64) -> Self {
+    pub(super) fn new(stream: S, max: u64) -> Self {
         Self {
             stream,
             replies: Replies::new(max),

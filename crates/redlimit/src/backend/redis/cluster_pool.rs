@@ -29,7 +29,7 @@ impl Connect for NodeConnection {
     {
         Box::pin(async move {
             let info = info.into_connection_info()?;
-            super::bounded::connect(&info, config).await.map(Self)
+            super::connect::connect(&info, config).await.map(Self)
         })
     }
 }
@@ -84,7 +84,7 @@ impl managed::Manager for ClusterManager {
         conn: &mut Cluster,
         _: &managed::Metrics,
     ) -> managed::RecycleResult<RedisError> {
-        super::connection::recycle_with_ping(conn, &self.pings).await
+        super::connect::recycle_with_ping(conn, &self.pings).await
     }
 }
 

@@ -1,28 +1,13 @@
 //! The pools of the three Redis topologies behind one connection type.
 
 use deadpool_redis::redis::{
-    AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value,
+    Cmd, Pipeline, RedisFuture, Value,
     aio::{ConnectionLike, MultiplexedConnection},
 };
 
 use deadpool_redis::PoolError;
 
 use crate::{Error, ErrorKind};
-
-/// A timer that never ends before a caller's: a day. For the one library timer that cannot be
-/// turned off, the Cluster client's connect timer.
-#[cfg(feature = "cluster")]
-pub(crate) const NO_TIMER: std::time::Duration = std::time::Duration::from_secs(86_400);
-
-/// The settings of a connection without a timer of its own. redis-rs gives every connection a
-/// 500 ms response timer and a 1 s connect timer unless told otherwise, which would cut short a
-/// longer budget: each wait is timed by the caller's one timer instead, the check's budget or
-/// the backend's.
-pub(crate) fn untimed() -> AsyncConnectionConfig {
-    AsyncConnectionConfig::new()
-        .set_response_timeout(None)
-        .set_connection_timeout(None)
-}
 
 /// A pool per topology.
 pub(crate) enum Pools {
@@ -162,27 +147,5 @@ impl ConnectionLike for Conn {
             #[cfg(feature = "cluster")]
             Self::Cluster(conn) => conn.get_db(),
         }
-    }
-}
-
-/// Checks a pooled connection before it is handed out again: a `PING` with a number of its own
-/// must come back as that number. For the pool managers of this crate.
-pub(crate) async fn recycle_with_ping(
-    conn: &mut impl ConnectionLike,
-    pings: &std::sync::atomic::AtomicUsize,
-) -> deadpool::managed::RecycleResult<deadpool_redis::redis::RedisError> {
-    let ping = pings
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        .to_string();
-    let echoed: String = deadpool_redis::redis::cmd("PING")
-        .arg(&ping)
-        .query_async(conn)
-        .await?;
-    if echoed == ping {
-        Ok(())
-    } else {
-        Err(deadpool::managed::RecycleError::message(
-            "a PING answered something else",
-        ))
     }
 }

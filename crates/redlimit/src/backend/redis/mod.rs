@@ -22,6 +22,7 @@ mod batch;
 mod bounded;
 #[cfg(feature = "cluster")]
 mod cluster_pool;
+mod connect;
 mod connection;
 mod events;
 pub(crate) mod protocol;
@@ -44,7 +45,7 @@ use self::{
 };
 pub(crate) use self::{
     events::{DEAF_BLOCK_US, Heard},
-    scripts::{CHECK, source_of},
+    scripts::CHECK,
 };
 use super::{Query, Started, decision, stamp};
 use crate::{
@@ -846,7 +847,7 @@ impl RedisBackendBuilder {
                 // A connect timer is the one timer the cluster client insists on (1 s unless
                 // set; its replies have none unless set): one so long that the caller's budget
                 // always ends first.
-                let client = client.connection_timeout(connection::NO_TIMER);
+                let client = client.connection_timeout(connect::NO_TIMER);
                 let manager = cluster_pool::ClusterManager::new(client)
                     .map_err(|e| invalid("cluster urls")(&e))?;
                 Pools::Cluster(pool!(

@@ -409,6 +409,11 @@ pub(crate) struct Reply {
     pub(crate) taken_at_us: Option<u64>,
 }
 
+/// The Lua source of the script a check of `policies` for one client runs.
+pub(crate) fn source_of(policies: &[Policy]) -> &'static str {
+    super::scripts::source_for(Request::new(policies, "").lean())
+}
+
 /// Reads a check's reply: per request, four integers per policy, then the limit in force of
 /// each policy that reads an override, then for a reservation the time it was taken at.
 pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Reply>, Error> {
@@ -702,5 +707,40 @@ mod tests {
                 "1", "16", // set 1 again
             ]
         );
+    }
+
+    #[test]
+    fn a_lone_policy_without_overrides_or_bans_is_lean() {
+        let (a, b) = (
+            policy("a", Algorithm::FixedWindow, 10),
+            policy("b", Algorithm::Gcra, 10),
+        );
+        let one = [a.clone()];
+        let lone = Request::new(&one, "c");
+        assert_eq!(lone.lean(), Some(Algorithm::FixedWindow));
+        let reserved = Request {
+            reserve: true,
+            once: Some(("id", 1_000)),
+            ..lone
+        };
+        assert_eq!(
+            reserved.lean(),
+            Some(Algorithm::FixedWindow),
+            "ids and reservations do not need the general script"
+        );
+        let two = [a, b];
+        assert_eq!(Request::new(&two, "c").lean(), None);
+        let banning = [Policy::builder("ban", Algorithm::FixedWindow)
+            .limit(10)
+            .window(Duration::from_secs(60))
+            .ban(crate::Ban::new(
+                3,
+                Duration::from_secs(60),
+                Duration::from_secs(600),
+            ))
+            .build()
+            .expect("a valid policy")];
+        assert_eq!(Request::new(&banning, "c").lean(), None);
+        assert_eq!(source_of(&two), super::super::CHECK);
     }
 }

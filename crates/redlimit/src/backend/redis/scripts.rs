@@ -2,8 +2,7 @@
 //! policy, and one with every algorithm for any requests, so any check is one `EVALSHA`. The
 //! Lua mirrors `crate::algorithm` line for line.
 
-use super::protocol::Request;
-use crate::{Algorithm, Policy};
+use crate::Algorithm;
 
 /// The script for one policy of an algorithm: the prelude, the algorithm's file
 /// `lua/$name.lua`, the Lua making its `alone` (`$make`; by default `$name_functions()`
@@ -149,66 +148,24 @@ fn position(algorithm: Algorithm) -> usize {
         .unwrap_or_else(|| unreachable!("every algorithm is in ALL"))
 }
 
-/// The Lua source of the script a check of `policies` for one client runs.
-pub(crate) fn source_of(policies: &[Policy]) -> &'static str {
-    match policies {
-        [_] => Request::new(policies, "").lean().map_or(CHECK, one_source),
-        _ => CHECK,
-    }
+/// The Lua source of the script a request runs: the lean script of its algorithm, or the
+/// general one (`None`).
+pub(crate) fn source_for(lean: Option<Algorithm>) -> &'static str {
+    lean.map_or(CHECK, one_source)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::Ban;
-
-    fn policy(name: &str, algorithm: Algorithm) -> Policy {
-        Policy::builder(name, algorithm)
-            .limit(10)
-            .window(Duration::from_secs(60))
-            .build()
-            .expect("a valid policy")
-    }
 
     #[test]
-    fn a_lone_policy_without_overrides_or_bans_runs_its_algorithms_lean_script() {
+    fn a_lean_request_runs_its_algorithms_script_and_any_other_the_general_one() {
         let scripts = Scripts::new();
-        let (a, b) = (
-            policy("a", Algorithm::FixedWindow),
-            policy("b", Algorithm::Gcra),
-        );
-        let one = [a.clone()];
-        let lone = Request::new(&one, "c");
-        assert_eq!(
-            scripts.of(lone.lean()).source,
-            one_source(Algorithm::FixedWindow)
-        );
-        let reserved = Request {
-            reserve: true,
-            once: Some(("id", 1_000)),
-            ..lone
-        };
-        assert_eq!(
-            scripts.of(reserved.lean()).source,
-            one_source(Algorithm::FixedWindow),
-            "ids and reservations do not need the general script"
-        );
-        let two = [a.clone(), b];
-        assert_eq!(scripts.of(Request::new(&two, "c").lean()).source, CHECK);
-        let banning = [Policy::builder("ban", Algorithm::FixedWindow)
-            .limit(10)
-            .window(Duration::from_secs(60))
-            .ban(Ban::new(
-                3,
-                Duration::from_secs(60),
-                Duration::from_secs(600),
-            ))
-            .build()
-            .expect("a valid policy")];
-        assert_eq!(scripts.of(Request::new(&banning, "c").lean()).source, CHECK);
-        assert_eq!(source_of(&two), CHECK);
-        assert_eq!(source_of(&one), one_source(Algorithm::FixedWindow));
+        for algorithm in Algorithm::ALL {
+            assert_eq!(scripts.of(Some(algorithm)).source, one_source(algorithm));
+            assert_eq!(source_for(Some(algorithm)), one_source(algorithm));
+        }
+        assert_eq!(scripts.of(None).source, CHECK);
+        assert_eq!(source_for(None), CHECK);
     }
 }

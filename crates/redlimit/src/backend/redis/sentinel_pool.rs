@@ -82,7 +82,7 @@ impl managed::Manager for SentinelManager {
         // questions to the sentinels keep their own timers, 500 ms a sentinel before it asks
         // the next.
         let primary = self.client.lock().await.async_get_client().await?;
-        super::bounded::connect(primary.get_connection_info(), super::connection::untimed()).await
+        super::connect::connect(primary.get_connection_info(), super::connect::untimed()).await
     }
 
     async fn recycle(
@@ -90,7 +90,7 @@ impl managed::Manager for SentinelManager {
         conn: &mut MultiplexedConnection,
         _: &managed::Metrics,
     ) -> managed::RecycleResult<RedisError> {
-        super::connection::recycle_with_ping(conn, &self.pings).await
+        super::connect::recycle_with_ping(conn, &self.pings).await
     }
 }
 

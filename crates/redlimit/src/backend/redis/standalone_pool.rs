@@ -27,7 +27,7 @@ impl managed::Manager for StandaloneManager {
     type Error = RedisError;
 
     async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
-        super::bounded::connect(&self.info, super::connection::untimed()).await
+        super::connect::connect(&self.info, super::connect::untimed()).await
     }
 
     async fn recycle(
@@ -35,7 +35,7 @@ impl managed::Manager for StandaloneManager {
         conn: &mut MultiplexedConnection,
         _: &managed::Metrics,
     ) -> managed::RecycleResult<RedisError> {
-        super::connection::recycle_with_ping(conn, &self.pings).await
+        super::connect::recycle_with_ping(conn, &self.pings).await
     }
 }
 
