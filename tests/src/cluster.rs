@@ -36,6 +36,13 @@ impl RedisCluster {
         Self::start_with(false, |_| Vec::new())
     }
 
+    /// As [`start`](Self::start), each node with `settings` besides the cluster's (for
+    /// example `["--cluster-require-full-coverage", "no"]`).
+    pub fn start_configured(settings: &[&str]) -> Self {
+        let settings: Vec<String> = settings.iter().map(|s| (*s).to_owned()).collect();
+        Self::start_with(false, |_| settings.clone())
+    }
+
     /// As [`start`](Self::start), every node also serving TLS with `pki`'s certificates (the
     /// cluster bus and replication too), and the `rediss://` seed URLs.
     pub fn start_tls(pki: &Pki) -> (Self, Vec<String>) {

@@ -203,3 +203,83 @@ async fn overrides_and_refunds_on_the_cluster() {
         .expect("reserve");
     assert!(limiter.settle(&reserved, 0).await.expect("settle"));
 }
+
+/// Healthy shards untouched: 32 tasks check 300 clients spread over the three primaries as
+/// fast as they are answered while one primary is killed and its replica promoted. Of the
+/// checks for clients on the two live primaries made in that window, Redis decides at least
+/// 95% (the failure policy answers the rest). The nodes run with
+/// `cluster-require-full-coverage no`, as the operations guide says: with Redis's default every
+/// primary refuses every key (`CLUSTERDOWN`) from the moment the dead one is marked failed until
+/// its replica is promoted, and no client can get a decision then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_primary_leaves_the_live_ones_deciding_under_load() {
+    const TASKS: usize = 32;
+    let cluster = RedisCluster::start_configured(&["--cluster-require-full-coverage", "no"]);
+    let guard = guarded(limiter(&cluster));
+    let key_of = |client: &str| guard.limiter().keys().key(&guard.policies()[0], client);
+    let hot = key_of("hot");
+    let dying = cluster.primary_of(&hot).expect("a primary");
+    let clients: Arc<Vec<(String, bool)>> = Arc::new(
+        (0..300)
+            .map(|i| {
+                let client = format!("client-{i}");
+                let live = cluster.primary_of(&key_of(&client)) != Some(dying);
+                (client, live)
+            })
+            .collect(),
+    );
+    assert!(clients.iter().filter(|(_, live)| *live).count() > 100);
+    let window = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (guard, clients) = (guard.clone(), Arc::clone(&clients));
+            let (window, done) = (Arc::clone(&window), Arc::clone(&done));
+            tokio::spawn(async move {
+                let (mut live, mut decided, mut all) = (0_u64, 0_u64, 0_u64);
+                let mut next = task;
+                let started = std::time::Instant::now();
+                while !done.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(60) {
+                    let (client, on_live) = &clients[next % clients.len()];
+                    next += TASKS + 1;
+                    let during = window.load(Ordering::SeqCst);
+                    let decisions = guard.check(client).await;
+                    all += 1;
+                    if *on_live && during && window.load(Ordering::SeqCst) {
+                        live += 1;
+                        decided += u64::from(decisions[0].reason == Reason::Redis);
+                    }
+                }
+                (live, decided, all)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let flag = Arc::clone(&window);
+    let (took, cluster) = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        let started = std::time::Instant::now();
+        flag.store(true, Ordering::SeqCst);
+        cluster.kill(dying);
+        cluster.wait_for_new_primary(&hot, dying);
+        flag.store(false, Ordering::SeqCst);
+        (started.elapsed(), cluster)
+    })
+    .await
+    .expect("the failover");
+    done.store(true, Ordering::SeqCst);
+    let (mut live, mut decided, mut all) = (0, 0, 0);
+    for task in load {
+        let (l, d, a) = task.await.expect("a load task");
+        (live, decided, all) = (live + l, decided + d, all + a);
+    }
+    let share = decided as f64 / live.max(1) as f64;
+    println!(
+        "a primary killed under load ({all} checks in all): its replica promoted after \
+         {took:?}; meanwhile {decided} of {live} checks for clients on the live primaries were \
+         decided by Redis: share {share:.3}"
+    );
+    assert!(live > 100, "load ran during the failover: {live}");
+    assert!(share >= 0.95, "{decided} of {live} decided by Redis");
+    drop(cluster);
+}

@@ -4,6 +4,10 @@
 //! one server time. An idle backend sends a check at once, from the caller's own task, so a
 //! lone check waits no longer than an unbatched one.
 //!
+//! On a Cluster each slot has its calls and its queue (a call's keys must be of one slot), so
+//! a check never waits behind a call to another node: a dead primary holds up only its own
+//! slots' checks.
+//!
 //! The fixed costs of a script call (the `EVALSHA`, reading the arguments, `TIME`, defining the
 //! script's functions, the reply and the socket) are then paid once per batch instead of once
 //! per decision: that is most of what a decision costs the Redis core.
@@ -44,10 +48,9 @@ struct Waiting {
     reply: oneshot::Sender<Result<Vec<i64>, Error>>,
 }
 
-/// The queue of one backend.
-#[derive(Default)]
+/// The queues of one backend: one, or on a Cluster one per slot.
 pub(crate) struct Batcher {
-    state: Mutex<State>,
+    states: Mutex<Box<[State]>>,
 }
 
 #[derive(Default)]
@@ -56,14 +59,27 @@ struct State {
     queue: VecDeque<Waiting>,
 }
 
-/// A call in flight. Dropped (answered or given up), it sends what waits, or frees its place.
+/// A call in flight for `slot`'s queue. Dropped (answered or given up), it sends what waits
+/// there, or frees its place.
 struct Turn {
     redis: RedisBackend,
+    slot: u16,
 }
 
 impl Batcher {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Queues for a Cluster (one per slot) or for one server.
+    pub(crate) fn new(cluster: bool) -> Self {
+        let queues = if cluster { 16_384 } else { 1 };
+        Self {
+            states: Mutex::new((0..queues).map(|_| State::default()).collect()),
+        }
+    }
+
+    /// Runs `f` on the state of `slot`'s queue.
+    fn with<T>(&self, slot: u16, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let queues = states.len();
+        f(&mut states[usize::from(slot) % queues])
     }
 }
 
@@ -71,8 +87,8 @@ impl RedisBackend {
     /// Decides `member`: sent at once when fewer than [`IN_FLIGHT`] calls are out, else with the
     /// next batch. The caller's timer bounds both waits.
     pub(crate) async fn decide(&self, member: Member) -> Result<Vec<i64>, Error> {
-        let answer = {
-            let mut state = self.inner.batcher.lock();
+        let slot = member.slot;
+        let answer = self.inner.batcher.with(slot, |state| {
             if state.in_flight < IN_FLIGHT {
                 state.in_flight += 1;
                 Err(member)
@@ -81,12 +97,13 @@ impl RedisBackend {
                 state.queue.push_back(Waiting { member, reply });
                 Ok(answer)
             }
-        };
+        });
         let answer = match answer {
             Ok(answer) => answer,
             Err(member) => {
                 let _turn = Turn {
                     redis: self.clone(),
+                    slot,
                 };
                 return self
                     .call_script(&member.call, self.inner.scripts.of(member.lean))
@@ -101,15 +118,12 @@ impl RedisBackend {
         })
     }
 
-    /// Sends `batch`, a call per slot and time, and answers each member.
+    /// Sends `batch` (of one slot), a call per time, and answers each member.
     async fn send(&self, batch: Vec<Waiting>) {
         let mut groups: Vec<Vec<Waiting>> = Vec::new();
         for waiting in batch {
-            let key = (waiting.member.slot, waiting.member.call.time());
-            match groups
-                .iter_mut()
-                .find(|g| (g[0].member.slot, g[0].member.call.time()) == key)
-            {
+            let time = waiting.member.call.time();
+            match groups.iter_mut().find(|g| g[0].member.call.time() == time) {
                 Some(group) => group.push(waiting),
                 None => groups.push(vec![waiting]),
             }
@@ -238,8 +252,7 @@ fn fail(group: Vec<Waiting>, err: &Error) {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let batch = {
-            let mut state = self.redis.inner.batcher.lock();
+        let batch = self.redis.inner.batcher.with(self.slot, |state| {
             let mut batch = Vec::new();
             let mut bytes = 0;
             while let Some(waiting) = state.queue.front() {
@@ -257,13 +270,16 @@ impl Drop for Turn {
             }
             if batch.is_empty() {
                 state.in_flight -= 1;
-                return;
             }
             batch
-        };
+        });
+        if batch.is_empty() {
+            return;
+        }
         // The place in flight passes to the batch.
         let turn = Turn {
             redis: self.redis.clone(),
+            slot: self.slot,
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {

@@ -626,7 +626,13 @@ impl RedisBackend {
             .map(|held| (held.conn(), shared.generation))
     }
 
+    /// Gives up the connection of `generation` for a fresh one, off a Cluster. A Cluster's
+    /// client repairs each node's connection itself, and a dead node's failures must not cost
+    /// the live nodes' checks a new connection (its slot map, a socket per node).
     fn discard(&self, generation: u64) {
+        if self.is_cluster() {
+            return;
+        }
         let mut shared = self.lock();
         if shared.generation == generation {
             shared.generation += 1;
@@ -732,6 +738,7 @@ impl RedisBackendBuilder {
         #[cfg(feature = "tls")]
         tls::install_crypto_provider();
         let pools = self.pools()?;
+        let batcher = Batcher::new(pools.is_cluster());
         // After the pools, whose errors name each setting first.
         let subscriber = self.subscriber()?;
         Ok(RedisBackend {
@@ -743,7 +750,7 @@ impl RedisBackendBuilder {
                 repairs: AtomicU64::new(0),
                 shared: Mutex::default(),
                 connecting: tokio::sync::Mutex::default(),
-                batcher: Batcher::default(),
+                batcher,
                 events: Events::default(),
                 subscriber,
             }),
