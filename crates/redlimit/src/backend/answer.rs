@@ -1,6 +1,13 @@
-//! What a backend answers for one policy, on Redis and in memory alike.
+//! What a backend answers, on Redis and in memory alike: for one policy of a check, for an
+//! operator's read, for a lease.
 
-use crate::algorithm::{Denial, View};
+use std::time::Duration;
+
+use super::query::Target;
+use crate::{
+    Decision, KeyScheme, Policy, Reason, RetryAfter,
+    algorithm::{Denial, View},
+};
 
 /// One policy's answer from the script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,4 +59,53 @@ pub(crate) struct Inspected {
     pub(crate) state: Vec<(String, String)>,
     /// The limit in force and the key read, when an override named others than the policy's.
     pub(crate) overridden: Option<(u64, String)>,
+}
+
+impl Inspected {
+    /// The key read, the decision of `policy` (with the limit in force) and what was read, for
+    /// an operator's read of `target`.
+    pub(crate) fn seen(
+        self,
+        keys: &KeyScheme,
+        policy: &Policy,
+        target: &Target<'_>,
+        reason: Reason,
+    ) -> (String, Decision, Self) {
+        let mut decision = decision(policy, self.answer, reason);
+        let key = match &self.overridden {
+            Some((limit, key)) => {
+                decision.limit = *limit;
+                key.clone()
+            }
+            None => target.key(keys, policy),
+        };
+        (key, decision, self)
+    }
+}
+
+/// The answer to an acquire: granted or not, the free slots after it, and when denied the wait
+/// in milliseconds until the earliest lease expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Acquired {
+    pub(crate) granted: bool,
+    pub(crate) free: u64,
+    pub(crate) wait_ms: u64,
+}
+
+/// `policy`'s decision from its `answer`.
+pub(crate) fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decision {
+    Decision {
+        allowed: answer.denial.is_none(),
+        limit: policy.limit(),
+        remaining: answer.view.remaining,
+        reset_after: Duration::from_millis(answer.view.reset_ms),
+        retry_after: answer.denial.map(|denial| match denial {
+            Denial::RetryAfterMs(ms) => RetryAfter::After(Duration::from_millis(ms)),
+            Denial::Never => RetryAfter::Never,
+        }),
+        delay: Duration::from_millis(answer.delay_ms),
+        policy: policy.shared_name(),
+        reason,
+        banned: answer.banned,
+    }
 }

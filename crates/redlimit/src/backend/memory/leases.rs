@@ -6,7 +6,11 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
-use crate::client_id::{ClientId, ClientIds};
+use crate::{
+    Error, Reason, Timestamp,
+    backend::{answer::Acquired, memory::MemoryBackend},
+    client_id::{ClientId, ClientIds},
+};
 
 /// Lease sets by key, bounded: when full, expired sets go first, then any (an evicted set's
 /// slots come free, which can only make the limit more lenient).
@@ -15,15 +19,6 @@ pub(crate) struct Leases {
     sets: Mutex<HashMap<ClientId, Vec<(String, u64)>>>,
     ids: ClientIds,
     max_keys: usize,
-}
-
-/// The answer to an acquire: granted or not, the free slots after it, and when denied the wait
-/// in milliseconds until the earliest lease expires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Acquired {
-    pub(crate) granted: bool,
-    pub(crate) free: u64,
-    pub(crate) wait_ms: u64,
 }
 
 impl Leases {
@@ -105,6 +100,36 @@ impl Leases {
             }
         }
     }
+}
+
+/// The memory backend's lease operations, with its clock in milliseconds.
+impl MemoryBackend {
+    /// Takes lease `id` of `ttl_ms` in the set at `key` if fewer than `limit` are held.
+    pub(crate) fn acquire_lease(
+        &self,
+        key: &str,
+        limit: u64,
+        ttl_ms: u64,
+        id: &str,
+    ) -> Result<(Acquired, Reason), Error> {
+        let acquired = self.leases().acquire(key, limit, ttl_ms, id, now_ms());
+        Ok((acquired, Reason::Memory))
+    }
+
+    /// Gives lease `id` in the set at `key` `ttl_ms` more; whether it was still held.
+    pub(crate) fn renew_lease(&self, key: &str, id: &str, ttl_ms: u64) -> Result<bool, Error> {
+        Ok(self.leases().renew(key, ttl_ms, id, now_ms()))
+    }
+
+    /// Gives lease `id` in the set at `key` back.
+    pub(crate) fn release_lease(&self, key: &str, id: &str) -> Result<(), Error> {
+        self.leases().release(key, id);
+        Ok(())
+    }
+}
+
+fn now_ms() -> u64 {
+    Timestamp::now().as_micros() / 1000
 }
 
 #[cfg(test)]

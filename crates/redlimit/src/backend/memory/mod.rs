@@ -11,17 +11,17 @@ use crate::{
 };
 
 mod bans;
-pub(crate) mod leases;
+mod leases;
+mod operator;
 mod overrides;
 mod recent;
 
 use self::{bans::Bans, leases::Leases, overrides::Overrides, recent::Recent};
 use super::{
-    Query, Settlement, Started,
-    answer::{Answer, Inspected},
-    decision, stamp,
+    answer::{Answer, Inspected, decision},
+    query::{Change, Query, Settlement, Started, stamp},
 };
-use crate::{Decisions, Reason, Timestamp};
+use crate::{Decisions, Error, Reason, Timestamp, decisions::Reservation, policy::MAX_EXACT};
 
 const SHARDS: usize = 16;
 
@@ -259,7 +259,7 @@ impl MemoryBackend {
 
 impl MemoryBackend {
     /// What `policy` holds for `client` at `now_us`, and the decision of `cost`, writing nothing.
-    pub(crate) fn inspect(
+    pub(crate) fn peek(
         &self,
         keys: &KeyScheme,
         client: &str,
@@ -292,7 +292,7 @@ impl MemoryBackend {
     }
 
     /// Forgets what `policy` holds for `client`; whether it held anything live at `now_us`.
-    pub(crate) fn reset(
+    pub(crate) fn forget(
         &self,
         keys: &KeyScheme,
         client: &str,
@@ -346,7 +346,7 @@ impl MemoryBackend {
                         },
                         *left,
                     ),
-                    None => self.inspect(keys, client, policy, cost, now_us).answer,
+                    None => self.peek(keys, client, policy, cost, now_us).answer,
                 })
                 .collect()
         } else {
@@ -373,9 +373,26 @@ impl MemoryBackend {
         answers
     }
 
+    /// Settles what `reserved` took by `change`, at `now` (else this process's clock), under
+    /// the overrides in force; how many policies changed.
+    pub(crate) fn settle(
+        &self,
+        keys: &KeyScheme,
+        reserved: &Reservation,
+        change: Change,
+        now: Option<Timestamp>,
+    ) -> Result<u64, Error> {
+        let (set, client) = (&reserved.set, &*reserved.client);
+        let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
+        let overridden = self.overrides().resolve(keys, set, client, now_us);
+        let policies = overridden.as_deref().unwrap_or(set);
+        let settlement = Settlement::of(reserved, change, MAX_EXACT);
+        Ok(self.settle_policies(keys, client, policies, settlement, now_us))
+    }
+
     /// Settles what `policies` took for `client` (see [`algorithm::refund`] and
     /// [`algorithm::charge`]); how many policies changed.
-    pub(crate) fn settle(
+    fn settle_policies(
         &self,
         keys: &KeyScheme,
         client: &str,

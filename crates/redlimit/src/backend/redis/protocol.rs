@@ -10,10 +10,7 @@ use super::scripts::Script;
 use crate::{
     Algorithm, Error, ErrorKind, KeyScheme, Policy,
     algorithm::{Denial, View},
-    backend::{
-        answer::{Answer, Inspected},
-        memory::leases::Acquired,
-    },
+    backend::answer::{Acquired, Answer, Inspected},
     policy::MAX_EXACT,
 };
 

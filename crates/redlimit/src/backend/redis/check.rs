@@ -1,0 +1,121 @@
+//! The check path: a check encoded once, decided alone or in a batch, its reply read into
+//! decisions; and the settle of a reservation, a script call of its own.
+
+use super::{
+    RedisBackend,
+    batch::Member,
+    protocol::{self, Request},
+};
+use crate::{
+    Decisions, Error, ErrorKind, KeyScheme, Reason, Timestamp,
+    backend::{
+        answer::decision,
+        query::{Change, Query, Settlement, Started, stamp},
+    },
+    check_request::Options,
+    decisions::Reservation,
+    policy::MAX_EXACT,
+};
+
+impl RedisBackend {
+    /// Begins `query`: sent when the returned future is first polled.
+    pub(crate) fn start(&self, query: Query<'_>) -> Started {
+        let (keys, client, options) = (query.keys, query.client, query.options);
+        // Encoded here, so the future owns only what the reply needs.
+        let request = Request {
+            cost: options.cost,
+            once: options.once,
+            reserve: options.reserve,
+            ..Request::new(query.set, client)
+        };
+        let now_us = options.at.map(Timestamp::as_micros);
+        let budget = options.budget.unwrap_or(self.inner.budget);
+        let member = Member {
+            call: protocol::encode(keys, now_us, &[request]),
+            lean: request.lean(),
+            reply_len: request.reply_len(),
+            slot: self.slot_of(keys, client),
+            deadline: tokio::time::Instant::now() + budget,
+        };
+        let (redis, set) = (self.clone(), query.set.clone());
+        let options = Options {
+            once: None,
+            ..*options
+        };
+        // Only a reservation keeps its client, for the settle.
+        let client = if options.reserve {
+            client.to_owned()
+        } else {
+            String::new()
+        };
+        Started::Waiting(Box::pin(async move {
+            let request = Request {
+                reserve: options.reserve,
+                ..Request::new(&set, "")
+            };
+            // The check's one timer, over its wait in the queue and its call. Awaited here,
+            // not in `within_budget`: a check's future holds redis-rs's large one, and one
+            // more layer around it cost about 1 µs of CPU per check in the benchmark's HTTP
+            // mode (moves and polls of the larger state).
+            let reply = tokio::time::timeout(budget, redis.decide(member))
+                .await
+                .unwrap_or_else(|_| Err(redis.timed_out(budget)))?;
+            let reply = protocol::decode(&reply, &[request])?
+                .pop()
+                .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
+            let mut limits = reply.limits.into_iter();
+            let decisions = set
+                .iter()
+                .zip(reply.answers)
+                .map(|(policy, answer)| {
+                    let mut decision = decision(policy, answer, Reason::Redis);
+                    if policy.takes_overrides() {
+                        decision.limit = limits.next().unwrap_or(decision.limit);
+                    }
+                    decision
+                })
+                .collect();
+            let decisions = Decisions::new(decisions);
+            Ok(stamp(decisions, &options, &set, &client, reply.taken_at_us))
+        }))
+    }
+
+    /// The Cluster slot of `client`'s keys, which batches are made of; 0 off a Cluster.
+    fn slot_of(&self, keys: &KeyScheme, client: &str) -> u16 {
+        #[cfg(feature = "cluster")]
+        if self.is_cluster() {
+            return keys.slot(client);
+        }
+        let _ = (keys, client);
+        0
+    }
+
+    /// Settles what `reserved` took by `change`, at `now` (else Redis's time); how many
+    /// policies changed.
+    pub(crate) async fn settle(
+        &self,
+        keys: &KeyScheme,
+        reserved: &Reservation,
+        change: Change,
+        now: Option<Timestamp>,
+    ) -> Result<u64, Error> {
+        let (set, client) = (&reserved.set, &*reserved.client);
+        let request = match Settlement::of(reserved, change, MAX_EXACT) {
+            Settlement::GiveBack { cost, at_us } => Request {
+                cost,
+                taken_at_us: Some(at_us),
+                ..Request::new(set, client)
+            },
+            Settlement::Charge { cost } => Request {
+                cost,
+                ..Request::new(set, client)
+            },
+        };
+        let call = protocol::encode(keys, now.map(Timestamp::as_micros), &[request]);
+        let reply = self.script(call, |scripts| &scripts.settle).await?;
+        Ok(protocol::decode_settled(&reply)
+            .first()
+            .copied()
+            .unwrap_or(0))
+    }
+}

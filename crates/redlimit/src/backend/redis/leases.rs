@@ -1,0 +1,44 @@
+//! Concurrency leases on Redis: a sorted set per limit, taken and renewed by a script, given
+//! back by `ZREM`.
+
+use super::{
+    RedisBackend,
+    protocol::{self, Call},
+};
+use crate::{Error, Reason, backend::answer::Acquired};
+
+impl RedisBackend {
+    /// Takes lease `id` of `ttl_ms` in the set at `key` if fewer than `limit` are held.
+    pub(crate) async fn acquire_lease(
+        &self,
+        key: &str,
+        limit: u64,
+        ttl_ms: u64,
+        id: &str,
+    ) -> Result<(Acquired, Reason), Error> {
+        let call = protocol::lease(key.to_owned(), limit, ttl_ms, id);
+        let reply = self.script(call, |s| &s.acquire).await?;
+        Ok((protocol::decode_acquired(&reply)?, Reason::Redis))
+    }
+
+    /// Gives lease `id` in the set at `key` `ttl_ms` more; whether it was still held.
+    pub(crate) async fn renew_lease(
+        &self,
+        key: &str,
+        id: &str,
+        ttl_ms: u64,
+    ) -> Result<bool, Error> {
+        let call = protocol::lease(key.to_owned(), 0, ttl_ms, id);
+        let reply = self.script(call, |s| &s.renew).await?;
+        Ok(reply.first() == Some(&1))
+    }
+
+    /// Removes lease `id` from the set at `key`.
+    pub(crate) async fn release_lease(&self, key: &str, id: &str) -> Result<(), Error> {
+        let call = Call::keys(vec![key.to_owned()]);
+        let mut zrem = deadpool_redis::redis::cmd("ZREM");
+        zrem.arg(&call.keys).arg(id);
+        let _: u64 = self.query(&call, &zrem).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,106 @@
+//! Running a script within a budget: `EVALSHA`, or `EVAL` where the node lacks it, a refusal
+//! sent again, corrupt state repaired when asked, a failed connection given up.
+
+use std::{sync::atomic::Ordering, time::Duration};
+
+use deadpool_redis::redis::{
+    ErrorKind as RedisErrorKind, FromRedisValue, RedisError, ServerErrorKind, aio::ConnectionLike,
+};
+
+use super::{
+    RedisBackend,
+    protocol::Call,
+    refusal,
+    scripts::{Script, Scripts},
+};
+use crate::Error;
+
+impl RedisBackend {
+    /// Runs the check `call` by `script` on the connection in use: its reply. Corrupt state is
+    /// deleted and the check run again when the backend repairs; a connection that failed is
+    /// given up for a fresh one.
+    pub(super) async fn call_script(
+        &self,
+        call: &Call,
+        script: &Script,
+    ) -> Result<Vec<i64>, Error> {
+        let inner = &self.inner;
+        let (mut conn, generation) = self.connection().await?;
+        let mut reply = self.run::<Vec<i64>>(call, script, &mut conn).await;
+        if inner.repair && matches!(&reply, Err(err) if call.is_repairable(err)) {
+            // Opted in: what cannot be read is deleted, and the check starts over.
+            let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
+                .arg(&call.keys)
+                .query_async(&mut conn)
+                .await;
+            if deleted.is_ok() {
+                inner.repairs.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    target: "redlimit",
+                    "deleted a client's corrupt limiter state and checked again"
+                );
+                reply = self.run(call, script, &mut conn).await;
+            }
+        }
+        reply.map_err(|err| {
+            if refusal::closes_connection(&err) || err.is_timeout() {
+                self.discard(generation);
+            }
+            call.error(err)
+        })
+    }
+
+    /// Runs a script that is not a check (a lease's acquire or renew, a settle) within the
+    /// budget.
+    pub(super) async fn script(
+        &self,
+        call: Call,
+        script: impl Fn(&Scripts) -> &Script,
+    ) -> Result<Vec<i64>, Error> {
+        let script = script(&self.inner.scripts);
+        self.within_budget(async {
+            let (mut conn, _) = self.connection().await?;
+            self.run(&call, script, &mut conn)
+                .await
+                .map_err(|err| call.error(err))
+        })
+        .await
+    }
+
+    /// `attempt`, or a timeout once the budget is spent: for the operator's commands.
+    pub(super) async fn within_budget<T>(
+        &self,
+        attempt: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(self.inner.budget, attempt)
+            .await
+            .unwrap_or_else(|_| Err(self.timed_out(self.inner.budget)))
+    }
+
+    /// `script` for `call` by `EVALSHA`, or by `EVAL` on a node that lacks it.
+    pub(super) async fn run<T: FromRedisValue>(
+        &self,
+        call: &Call,
+        script: &Script,
+        conn: &mut (impl ConnectionLike + Send),
+    ) -> Result<T, RedisError> {
+        let mut refusals = 0;
+        loop {
+            let mut reply = call.evalsha(script).query_async::<T>(conn).await;
+            if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
+            {
+                reply = call.eval(script).query_async(conn).await;
+            }
+            match &reply {
+                Err(err)
+                    if refusals < refusal::REFUSALS_RETRIED
+                        && refusal::refused_before_running(err) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(10 << refusals)).await;
+                    refusals += 1;
+                }
+                _ => return reply,
+            }
+        }
+    }
+}
