@@ -29,6 +29,7 @@ mod scripts;
 #[cfg(feature = "sentinel")]
 mod sentinel_pool;
 mod standalone_pool;
+mod stored_state;
 #[cfg(feature = "tls")]
 mod tls;
 mod url;

@@ -6,7 +6,7 @@
 
 use deadpool_redis::redis::{Cmd, RedisError};
 
-use super::scripts::Script;
+use super::{scripts::Script, stored_state};
 use crate::{
     Algorithm, Error, ErrorKind, KeyScheme, Policy,
     algorithm::{Denial, View},
@@ -471,30 +471,6 @@ pub(crate) fn decode_settled(reply: &[i64]) -> Vec<u64> {
         .collect()
 }
 
-/// A fixed window's string state is its head (fw: the window's number; fwa: its start in ms,
-/// or in the short form the start's remainder by [`SPAN`]) times this, plus its count
-/// (`lua/fixed_window.lua`).
-const PACK: u64 = 1_000_000;
-
-/// An anchored window's short head (1 to `SPAN`) is its start's remainder by this (ms), read as
-/// the start nearest the time of reading with that remainder; a head over it is the start.
-const SPAN: u64 = 8_000_000_000;
-
-/// The start (ms) of an anchored window whose head is `head`, read at `now_ms`, as
-/// `anchored_start` in `lua/fixed_window.lua` reads it.
-fn anchored_start(head: u64, now_ms: u64) -> u64 {
-    if head == 0 || head > SPAN {
-        return head;
-    }
-    let ahead = (i128::from(head) - i128::from(now_ms)).rem_euclid(i128::from(SPAN));
-    let ahead = if ahead > i128::from(SPAN / 2) {
-        ahead - i128::from(SPAN)
-    } else {
-        ahead
-    };
-    u64::try_from(i128::from(now_ms) + ahead).unwrap_or(0)
-}
-
 /// The inspect script's reply (`lua/inspect.lua`): the answer's four integers, the key's PTTL,
 /// its state as field and value pairs, the limit in force, the key read, whether an override
 /// was in force, the window in force and the time of the inspection (ms).
@@ -520,43 +496,10 @@ pub(crate) fn decode_inspected(
     let (allowed, remaining, reset, retry, pttl, state, limit, read, overridden, window, now_ms) =
         reply;
     let answer = answer(&[allowed, remaining, reset, retry])?;
-    let mut fields = state.into_iter();
-    let mut pairs = Vec::new();
-    while let (Some(field), Some(value)) = (fields.next(), fields.next()) {
-        match (field.as_str(), value.parse::<u64>()) {
-            ("value", Ok(packed))
-                if matches!(
-                    algorithm,
-                    Algorithm::FixedWindow | Algorithm::FixedWindowAnchored
-                ) =>
-            {
-                let head = packed / PACK;
-                let start = if algorithm == Algorithm::FixedWindow {
-                    head.saturating_mul(window)
-                } else {
-                    anchored_start(head, now_ms)
-                };
-                pairs.push(("s".to_owned(), start.to_string()));
-                pairs.push(("n".to_owned(), (packed % PACK).to_string()));
-            }
-            // Two numbers in one string, named as the memory backend names them.
-            ("value", _) if matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) => {
-                let names = if algorithm == Algorithm::Gcra {
-                    ["tat", "interval"]
-                } else {
-                    ["u", "l"]
-                };
-                let (first, second) = value.split_once(':').unwrap_or((&value, ""));
-                pairs.push((names[0].to_owned(), first.to_owned()));
-                pairs.push((names[1].to_owned(), second.to_owned()));
-            }
-            _ => pairs.push((field, value)),
-        }
-    }
     Ok(Inspected {
         answer,
         ttl_ms: u64::try_from(pttl).ok(),
-        state: pairs,
+        state: stored_state::named(algorithm, state, window, now_ms),
         overridden: (overridden == 1).then(|| (u64::try_from(limit).unwrap_or(0), read)),
     })
 }
@@ -616,29 +559,6 @@ mod tests {
                 _ => String::new(),
             })
             .collect()
-    }
-
-    #[test]
-    fn a_short_anchored_head_is_read_as_the_start_nearest_the_time_of_reading() {
-        let now = 1_780_000_000_000;
-        for start in [
-            now,
-            now - 59_999,
-            now + 30_000,
-            now - 3_999_999_999,
-            now + SPAN / 2,
-        ] {
-            let head = match start % SPAN {
-                0 => SPAN,
-                rest => rest,
-            };
-            assert_eq!(anchored_start(head, now), start, "{start}");
-        }
-        // A multiple of SPAN is written as SPAN; a head of 0 is no window, over SPAN a start.
-        let multiple = now / SPAN * SPAN;
-        assert_eq!(anchored_start(SPAN, multiple + 5), multiple);
-        assert_eq!(anchored_start(0, now), 0);
-        assert_eq!(anchored_start(now, now + 7), now);
     }
 
     #[test]
