@@ -12,6 +12,17 @@ use crate::support::{Captured, alone, policy};
 const RIGHT: &str = "right-pass-7f3a";
 const WRONG: &str = "wrong-pass-91c2";
 
+/// Every log line written on this thread from now until the guard is dropped.
+fn logged() -> (Captured, tracing::subscriber::DefaultGuard) {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
 fn assert_secret_free(what: &str, text: &str) {
     for secret in [RIGHT, WRONG] {
         assert!(!text.contains(secret), "{what} shows a password: {text}");
@@ -21,13 +32,7 @@ fn assert_secret_free(what: &str, text: &str) {
 #[tokio::test(flavor = "current_thread")]
 async fn a_wrong_password_is_logged_once_and_no_password_shows_anywhere() {
     let server = RedisServer::start_with(&["--requirepass", RIGHT]);
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let (logs, _logging) = logged();
 
     let url = format!("redis://:{WRONG}@127.0.0.1:{}", server.port());
     let builder = RedisBackend::builder(&url).budget(Duration::from_secs(5));
@@ -108,13 +113,7 @@ async fn a_pool_the_application_built_carries_its_own_credentials() {
 
 /// A guard on `url` with a log of its own: the WARN lines of three failing checks.
 async fn warnings_of_three_failing_checks(url: String) -> Vec<String> {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let (logs, _logging) = logged();
     let backend = RedisBackend::builder(url)
         .budget(Duration::from_secs(5))
         .build()
