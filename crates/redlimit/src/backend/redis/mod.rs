@@ -57,11 +57,15 @@ pub(crate) use self::{
 /// node that lacks the script (`NOSCRIPT`) gets it by `EVAL` in the same retry. Checks that
 /// arrive while two calls are in flight wait and go together as one call when one returns,
 /// each decided as it would be alone at that call's time (see [the algorithms
-/// guide](crate::guide::algorithms)); a lone check goes at once. A redis-rs
+/// guide](crate::guide::algorithms)); a lone check goes at once. On a Cluster each slot has
+/// its own two calls and queue, so no check waits behind a call to another node. A redis-rs
 /// multiplexed connection carries any number of concurrent checks, so the backend keeps one
 /// checked out and shares it instead of paying the pool's health-check `PING` on every checkout;
-/// it goes back to the pool for a fresh one only when a command fails or times out. Nothing
-/// connects until the first check, so an application starts even while Redis is down.
+/// it goes back to the pool for a fresh one only when a command fails or times out (on a
+/// Cluster never: its client repairs each node's connection itself). The time budget is the
+/// only timer: connections have none of their own, and a reply larger than 4 MiB drops its
+/// connection unread (over plain TCP). Nothing connects until the first check, so an
+/// application starts even while Redis is down.
 ///
 /// ```no_run
 /// use std::time::Duration;
