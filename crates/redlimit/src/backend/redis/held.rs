@@ -32,7 +32,10 @@ impl RedisBackend {
         if let Some(held) = self.held() {
             return Ok(held);
         }
-        let fresh = self.inner.pools.get().await?;
+        // Boxed: a pool's checkout (its wait, the connect, redis-rs's set-up) is a deep future
+        // that every call's own would otherwise hold, taking the compiler past its type depth
+        // limit under a layer; it runs only when no connection is held.
+        let fresh = Box::pin(self.inner.pools.get()).await?;
         let mut shared = self.lock();
         let conn: Conn = shared.held.get_or_insert(fresh).conn();
         Ok((conn, shared.generation))

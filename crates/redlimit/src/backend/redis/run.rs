@@ -58,14 +58,12 @@ impl RedisBackend {
         script: impl Fn(&Scripts) -> &Script,
     ) -> Result<Vec<i64>, Error> {
         let script = script(&self.inner.scripts);
-        // Boxed: these calls are awaited inside deep futures (a layer's lease under a check),
-        // and their unboxed state would take the compiler past its type depth limit there.
-        Box::pin(self.within_budget(async {
+        self.within_budget(async {
             let (mut conn, _) = self.connection().await?;
             self.run(&call, script, &mut conn)
                 .await
                 .map_err(|err| call.error(err))
-        }))
+        })
         .await
     }
 
