@@ -301,8 +301,8 @@ impl RateLimitLayer {
         self.settings.waiters.count()
     }
 
-    /// What to do when the key extractor finds no key. Defaults to [`MissingKey::Reject`]
-    /// with 500.
+    /// What to do when the key extractor finds no key. Defaults to [`MissingKey::Refuse`]: 400
+    /// when the client did not send it, 500 when the server did not provide it.
     pub fn missing_key(mut self, missing: MissingKey) -> Self {
         self.settings().missing_key = missing;
         self

@@ -5,26 +5,31 @@ use http::StatusCode;
 /// ```
 /// use tower_redlimit::{HeaderKey, MissingKey, RateLimitLayer};
 /// # fn layer(layer: RateLimitLayer) -> Result<RateLimitLayer, redlimit::ConfigError> {
-/// // Requests without an API key share one budget.
+/// // Requests without an API key share one budget instead of being refused.
 /// let layer = layer
 ///     .key(HeaderKey::new("x-api-key")?)
 ///     .missing_key(MissingKey::Shared("anonymous".to_owned()));
 /// # Ok(layer) }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MissingKey {
-    /// Answer with this status and a message, without calling the service.
+    /// Answer, without calling the service, `400 Bad Request` when the client did not send
+    /// what the key is read from (a header, an API key), `500 Internal Server Error` when the
+    /// server should have provided it (the peer address not wired; see
+    /// [`KeyExtractor::missing_by_client`](crate::KeyExtractor::missing_by_client)), with a
+    /// body naming what was missing, in the format of a denial (`application/problem+json`
+    /// when the layer answers so; gRPC: `INVALID_ARGUMENT` or `INTERNAL`). The default.
+    ///
+    /// 400 rather than 401: a 401 must carry a `WWW-Authenticate` challenge of the service's
+    /// authentication scheme, which the limiter cannot know; an authentication layer in front
+    /// answers 401 itself.
+    #[default]
+    Refuse,
+    /// Answer with this status and the same body, without calling the service.
     Reject(StatusCode),
     /// Let it through unlimited.
     Allow,
     /// Limit all such requests together under this key (such as `anonymous`).
     Shared(String),
-}
-
-impl Default for MissingKey {
-    /// `Reject(500)`: a missing peer address is a server set-up mistake, not the client's.
-    fn default() -> Self {
-        Self::Reject(StatusCode::INTERNAL_SERVER_ERROR)
-    }
 }

@@ -1,7 +1,7 @@
 //! What a limited request gets back.
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header, request::Parts};
 use redlimit::{Decisions, Reason, RetryAfter};
 
 use crate::headers::seconds_up;
@@ -85,32 +85,72 @@ impl Rejected<'_> {
 pub(crate) fn default_response(rejected: &Rejected<'_>, problem_json: bool) -> Response<Bytes> {
     let message = rejected.message();
     if rejected.grpc {
-        let mut response = Response::new(Bytes::new());
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        headers.insert("grpc-status", HeaderValue::from_static("8"));
-        if let Ok(message) = HeaderValue::try_from(message) {
-            headers.insert("grpc-message", message);
-        }
-        return response;
+        return grpc_answer("8", &message);
     }
-    let status = rejected.status();
-    let (content_type, body) = if problem_json {
-        let retry = rejected
-            .retry_after_secs()
-            .map_or_else(String::new, |secs| format!(",\"retry_after\":{secs}"));
-        let policy = &*rejected.decisions.most_restrictive().policy;
-        let body = format!(
-            "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{message}\",\"policy\":\"{policy}\"{retry}}}",
-            status.canonical_reason().unwrap_or_default(),
-            status.as_u16(),
-        );
-        ("application/problem+json", body)
-    } else {
-        ("text/plain; charset=utf-8", format!("{message}\n"))
+    let retry = rejected
+        .retry_after_secs()
+        .map_or_else(String::new, |secs| format!(",\"retry_after\":{secs}"));
+    let policy = &*rejected.decisions.most_restrictive().policy;
+    let members = format!(",\"policy\":\"{policy}\"{retry}");
+    answer(
+        rejected.status(),
+        &message,
+        problem_json.then_some(&members),
+    )
+}
+
+/// The answer to `request` the limiter refuses for itself (no key to limit it by): `status`
+/// saying `message`, in the format of a denial; gRPC's `INVALID_ARGUMENT` for a 4xx, else
+/// `INTERNAL`.
+pub(crate) fn refusal(
+    request: &Parts,
+    status: StatusCode,
+    message: &str,
+    problem_json: bool,
+) -> Response<Bytes> {
+    if is_grpc(&request.headers) {
+        let code = if status.is_client_error() { "3" } else { "13" };
+        return grpc_answer(code, message);
+    }
+    answer(status, message, problem_json.then_some(""))
+}
+
+/// Whether `headers` are a gRPC request's (`content-type: application/grpc…`).
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// A gRPC answer without a body: `code` and `message` in its headers.
+fn grpc_answer(code: &'static str, message: &str) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", HeaderValue::from_static(code));
+    if let Ok(message) = HeaderValue::try_from(message) {
+        headers.insert("grpc-message", message);
+    }
+    response
+}
+
+/// `status` saying `message`: a line of text, or with `problem` (the members beyond `type`,
+/// `title`, `status` and `detail`, each led by a comma) an `application/problem+json` body.
+fn answer(status: StatusCode, message: &str, problem: Option<&str>) -> Response<Bytes> {
+    let (content_type, body) = match problem {
+        Some(members) => (
+            "application/problem+json",
+            format!(
+                "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{}\"{members}}}",
+                status.canonical_reason().unwrap_or_default(),
+                status.as_u16(),
+                json_text(message),
+            ),
+        ),
+        None => ("text/plain; charset=utf-8", format!("{message}\n")),
     };
     let mut response = Response::new(Bytes::from(body));
     *response.status_mut() = status;
@@ -118,4 +158,18 @@ pub(crate) fn default_response(rejected: &Rejected<'_>, problem_json: bool) -> R
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
+}
+
+/// `text` as the inside of a JSON string: a key extractor's own description may hold quotes.
+fn json_text(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '"' => escaped.push_str("\\\""),
+            '\\' => escaped.push_str("\\\\"),
+            c if c.is_control() => escaped.push(' '),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }

@@ -18,7 +18,7 @@ use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
     headers::{self, policy_value, policy_value_of, seconds_up},
     http_metrics::HttpSeries,
-    response::{Rejected, default_response},
+    response::{Rejected, default_response, is_grpc, refusal},
     waiting_room::{Waiters, Waiting},
 };
 
@@ -39,7 +39,7 @@ pub(crate) struct Settings {
     pub(crate) concurrency: Option<ConcurrencyPolicy>,
     key: Arc<dyn KeyExtractor>,
     /// The body of [`missing_key_response`](Self::missing_key_response), written once.
-    missing_key_text: Bytes,
+    missing_key_text: String,
     pub(crate) cost: Arc<CostFn>,
     pub(crate) headers: HeaderStyle,
     pub(crate) problem_json: bool,
@@ -171,6 +171,10 @@ impl Settings {
             (None, MissingKey::Allow) => Ok(None),
             (None, MissingKey::Shared(key)) => Ok(Some(Cow::Borrowed(key))),
             (None, MissingKey::Reject(status)) => Err(*status),
+            (None, MissingKey::Refuse) if self.key.missing_by_client(parts) => {
+                Err(StatusCode::BAD_REQUEST)
+            }
+            (None, MissingKey::Refuse) => Err(StatusCode::INTERNAL_SERVER_ERROR),
         }
     }
 
@@ -197,12 +201,10 @@ impl Settings {
         Listed::Neither
     }
 
-    /// The answer to a request the key extractor finds no key in: the status of
-    /// [`MissingKey::Reject`], and what the extractor read.
-    fn missing_key_response(&self, status: StatusCode) -> Response<Bytes> {
-        let mut response = Response::new(self.missing_key_text.clone());
-        *response.status_mut() = status;
-        response
+    /// The answer to `request`, in which the key extractor finds no key: `status`, and what
+    /// the extractor read, in the format of a denial.
+    fn missing_key_response(&self, request: &Parts, status: StatusCode) -> Response<Bytes> {
+        refusal(request, status, &self.missing_key_text, self.problem_json)
     }
 
     pub(crate) fn cost_of(&self, parts: &Parts) -> u64 {
@@ -258,7 +260,7 @@ impl Runtime {
                 Admit::Check(tier.admission(request, key), tier)
             }
             Ok(None) => Admit::Pass,
-            Err(status) => Admit::Answer(settings.missing_key_response(status)),
+            Err(status) => Admit::Answer(settings.missing_key_response(request, status)),
         }
     }
 
@@ -346,9 +348,7 @@ impl Tier {
     /// The response to a denied request, with `Retry-After` and the rate-limit headers; in
     /// gRPC's form when the request's headers say it is gRPC.
     pub(crate) fn reject(&self, decisions: &Decisions, request: &HeaderMap) -> Response<Bytes> {
-        let grpc = request
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let grpc = is_grpc(request);
         let rejected = Rejected { decisions, grpc };
         let mut response = match &self.settings.rejection {
             Some(respond) => respond(&rejected),
@@ -407,9 +407,9 @@ impl Tier {
     }
 }
 
-fn missing_key_text(key: &dyn KeyExtractor) -> Bytes {
-    Bytes::from(format!(
-        "no rate-limit key for this request: {} found nothing\n",
+fn missing_key_text(key: &dyn KeyExtractor) -> String {
+    format!(
+        "no rate-limit key for this request: {} found nothing",
         key.describe()
-    ))
+    )
 }

@@ -183,3 +183,47 @@ fn futures_ready<F: Future>(future: F) -> Option<F::Output> {
         Poll::Pending => None,
     }
 }
+
+/// A request without its key is answered by the layer, never the service: a gRPC one with
+/// `INVALID_ARGUMENT` when the client did not send the key, `INTERNAL` when the server did not
+/// provide it; a key made of two parts is the client's to send only if each missing part is.
+#[tokio::test]
+async fn a_missing_key_is_refused_as_its_cause_says_over_grpc_too() {
+    let grpc = || {
+        Request::builder()
+            .header("content-type", "application/grpc")
+            .body(())
+            .expect("request")
+    };
+    let status = |response: &Response<String>| {
+        response
+            .headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let cases: [(RateLimitLayer, &str); 3] = [
+        (
+            in_memory(10).key(HeaderKey::new("x-api-key").expect("valid")),
+            "3",
+        ),
+        (in_memory(10).key(tower_redlimit::ClientIp::peer()), "13"),
+        (
+            in_memory(10).key(tower_redlimit::Both(
+                tower_redlimit::ClientIp::peer(),
+                HeaderKey::new("x-api-key").expect("valid"),
+            )),
+            "13",
+        ),
+    ];
+    for (layer, code) in cases {
+        let (service, mut handle) = mock::pair();
+        let mut service: RateLimit<Mock> = layer.layer(service);
+        handle.allow(1);
+        assert!(poll_ready(&mut service).is_ready());
+        let response = service.call(grpc()).await.expect("answered");
+        assert_eq!(status(&response).as_deref(), Some(code));
+        let message = response.headers()["grpc-message"].to_str().expect("text");
+        assert!(message.contains("found nothing"), "{message}");
+    }
+}

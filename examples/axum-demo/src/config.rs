@@ -256,6 +256,10 @@ pub struct Route {
     /// `ip`, `header:NAME` or `global`. Defaults to `ip`.
     #[serde(default, deserialize_with = "parsed")]
     pub key: KeyKind,
+    /// With `key = "header:NAME"`: requests without the header share this key (such as
+    /// `"anonymous"`) and its limit. Defaults to none: such a request is answered 400, naming
+    /// the header.
+    pub anonymous: Option<String>,
     /// Dry run: checked, counted and logged, but a request over the limit passes (reason
     /// `shadow` in the metrics). Defaults to `false`.
     #[serde(default)]
@@ -627,6 +631,13 @@ impl Config {
                     "route {}: methods: {method:?} is not one of {}",
                     route.path,
                     SERVED_METHODS.join(", ")
+                ));
+            }
+            if route.anonymous.is_some() && !matches!(route.key, KeyKind::Header(_)) {
+                return err(format!(
+                    "route {}: anonymous: only a route keyed by a header (key = \"header:NAME\") \
+                     can miss its key",
+                    route.path
                 ));
             }
             if route.budget.is_some_and(|b| b.is_zero()) {

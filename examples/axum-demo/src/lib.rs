@@ -153,9 +153,13 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
         let layer = match &route.key {
             KeyKind::Ip => layer.key(client_ip.clone()),
             KeyKind::Global => layer.key(Global),
-            KeyKind::Header(name) => layer
-                .key(HeaderKey::new(name).map_err(|e| at(&format!("key: {e}")))?)
-                .missing_key(MissingKey::Shared("anonymous".to_owned())),
+            KeyKind::Header(name) => {
+                let layer = layer.key(HeaderKey::new(name).map_err(|e| at(&format!("key: {e}")))?);
+                match &route.anonymous {
+                    Some(shared) => layer.missing_key(MissingKey::Shared(shared.clone())),
+                    None => layer,
+                }
+            }
         };
         router = router.route(&route.path, methods(route, &layer));
     }

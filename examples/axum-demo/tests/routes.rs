@@ -161,3 +161,42 @@ async fn statuses_with(router: &Router, name: &str, value: &str, times: usize) -
     }
     statuses
 }
+
+/// A route keyed by a header answers a request without it 400, naming the header, unless the
+/// route opts into a shared anonymous bucket.
+#[tokio::test]
+async fn a_missing_key_header_is_refused_unless_the_route_shares_an_anonymous_bucket() {
+    let route = |extra: &str| {
+        format!(
+            "[[route]]\npath = \"/api\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1h\"\n\
+             key = \"header:x-api-key\"\n{extra}"
+        )
+    };
+    let refusing = app(&Config::parse(&route("")).expect("valid")).expect("a router");
+    for _ in 0..2 {
+        let response = refusing
+            .clone()
+            .oneshot(Request::get("/api").body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible");
+        assert_eq!(response.status(), 400);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .expect("a body");
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains("header x-api-key"), "{body}");
+    }
+    let sharing = route("anonymous = \"anonymous\"\n");
+    let sharing = app(&Config::parse(&sharing).expect("valid")).expect("a router");
+    assert_eq!(status(&sharing, Method::GET, "/api").await, 200);
+    assert_eq!(
+        status(&sharing, Method::GET, "/api").await,
+        429,
+        "one bucket"
+    );
+
+    let misplaced = "[[route]]\npath = \"/api\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1h\"\n\
+                     anonymous = \"anonymous\"\n";
+    let error = Config::parse(misplaced).expect_err("only for a header key");
+    assert!(error.to_string().contains("anonymous"), "{error}");
+}

@@ -167,19 +167,48 @@ async fn requests_without_a_key_follow_the_missing_key_rule() {
     let request = || Request::get("/").body(Body::empty()).expect("request");
     let by_header = || layer().key(tower_redlimit::HeaderKey::new("x-api-key").expect("valid"));
 
-    let reject = Router::new().route("/", get(ok)).layer(by_header());
-    let rejected = call(&reject, request()).await;
-    assert_eq!(rejected.status(), 500);
+    // The client did not send its key: 400, naming the header, in a denial's format.
+    let refuse = Router::new().route("/", get(ok)).layer(by_header());
+    let refused = call(&refuse, request()).await;
+    assert_eq!(refused.status(), 400);
     assert_eq!(
-        body_text(rejected).await,
+        body_text(refused).await,
         "no rate-limit key for this request: header x-api-key found nothing\n",
         "the answer names what found nothing"
     );
+    let as_problem = Router::new()
+        .route("/", get(ok))
+        .layer(by_header().problem_json(true));
+    let refused = call(&as_problem, request()).await;
+    assert_eq!(refused.status(), 400);
+    assert_eq!(
+        refused.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!(
+        body_text(refused).await,
+        "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\
+         \"no rate-limit key for this request: header x-api-key found nothing\"}"
+    );
+    // The server did not wire the peer address: its own mistake, 500 naming the cause.
     let by_peer = Router::new()
         .route("/", get(ok))
         .layer(layer().key(tower_redlimit::ClientIp::peer()));
-    let text = body_text(call(&by_peer, request()).await).await;
+    let unwired = call(&by_peer, request()).await;
+    assert_eq!(unwired.status(), 500);
+    let text = body_text(unwired).await;
     assert!(text.contains("the peer address"), "{text}");
+    assert!(
+        text.contains("into_make_service_with_connect_info"),
+        "{text}"
+    );
+    // A status of the application's choosing.
+    let reject = Router::new()
+        .route("/", get(ok))
+        .layer(by_header().missing_key(tower_redlimit::MissingKey::Reject(
+            axum::http::StatusCode::UNAUTHORIZED,
+        )));
+    assert_eq!(call(&reject, request()).await.status(), 401);
 
     let allow = Router::new()
         .route("/", get(ok))

@@ -135,6 +135,11 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
+    /// Never the client's: the peer address is the server's to provide.
+    fn missing_by_client(&self, _: &Parts) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         let peer = "the peer address (serve axum with into_make_service_with_connect_info; \
                     tonic records it)";

@@ -38,6 +38,16 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn describe(&self) -> String {
         "the key extractor".to_owned()
     }
+
+    /// Whether `request`, in which this extractor finds no key, lacks it by the client's doing
+    /// (it did not send the header or API key the key is read from) rather than by the
+    /// server's set-up (the peer address not wired, the layer where no route is matched).
+    /// [`MissingKey::Refuse`](crate::MissingKey::Refuse), the default, answers the first 400
+    /// and the second 500. Defaults to `true`.
+    fn missing_by_client(&self, request: &Parts) -> bool {
+        let _ = request;
+        true
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -147,6 +157,15 @@ pub struct Both<A, B>(pub A, pub B);
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Both<A, B> {
     fn describe(&self) -> String {
         format!("{} and {}", self.0.describe(), self.1.describe())
+    }
+
+    /// The client's doing only if each part it misses is: a part the server should have
+    /// provided makes it the server's.
+    fn missing_by_client(&self, request: &Parts) -> bool {
+        let by_client = |part: &dyn KeyExtractor| {
+            part.extract(request).is_some() || part.missing_by_client(request)
+        };
+        by_client(&self.0) && by_client(&self.1)
     }
 
     fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {

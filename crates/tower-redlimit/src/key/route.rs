@@ -30,6 +30,11 @@ use super::KeyExtractor;
 pub struct MatchedRoute;
 
 impl KeyExtractor for MatchedRoute {
+    /// Never the client's: the route is axum's to record.
+    fn missing_by_client(&self, _: &Parts) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         "axum's matched route (put the layer on with Router::route_layer)".to_owned()
     }
