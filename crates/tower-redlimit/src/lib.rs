@@ -102,6 +102,7 @@ mod headers;
 mod http_metrics;
 mod key;
 mod layer;
+mod limited;
 mod missing_key;
 mod rejection_body;
 mod response;
@@ -118,6 +119,7 @@ pub use self::{
     headers::HeaderStyle,
     key::{Both, ClientIp, ClientIpHeader, Global, HeaderKey, KeyExtractor},
     layer::RateLimitLayer,
+    limited::Limited,
     missing_key::MissingKey,
     response::Rejected,
     service::RateLimit,

@@ -99,6 +99,20 @@ pub(crate) fn default_response(rejected: &Rejected<'_>, problem_json: bool) -> R
     )
 }
 
+/// `response` to `rejected` with its `Retry-After`, unless it has one already.
+pub(crate) fn with_retry_after(
+    mut response: Response<Bytes>,
+    rejected: &Rejected<'_>,
+) -> Response<Bytes> {
+    if let Some(secs) = rejected.retry_after_secs() {
+        response
+            .headers_mut()
+            .entry(header::RETRY_AFTER)
+            .or_insert_with(|| HeaderValue::from(secs));
+    }
+    response
+}
+
 /// The answer to `request` the limiter refuses for itself (no key to limit it by): `status`
 /// saying `message`, in the format of a denial; gRPC's `INVALID_ARGUMENT` for a 4xx, else
 /// `INTERNAL`.

@@ -18,7 +18,7 @@ use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey,
     headers::{self, policy_value, policy_value_of, seconds_up},
     http_metrics::HttpSeries,
-    response::{Rejected, default_response, is_grpc, refusal},
+    response::{Rejected, default_response, is_grpc, refusal, with_retry_after},
     waiting_room::{Waiters, Waiting},
 };
 
@@ -350,16 +350,11 @@ impl Tier {
     pub(crate) fn reject(&self, decisions: &Decisions, request: &HeaderMap) -> Response<Bytes> {
         let grpc = is_grpc(request);
         let rejected = Rejected { decisions, grpc };
-        let mut response = match &self.settings.rejection {
+        let response = match &self.settings.rejection {
             Some(respond) => respond(&rejected),
             None => default_response(&rejected, self.settings.problem_json),
         };
-        if let Some(secs) = rejected.retry_after_secs() {
-            response
-                .headers_mut()
-                .entry(header::RETRY_AFTER)
-                .or_insert_with(|| HeaderValue::from(secs));
-        }
+        let mut response = with_retry_after(response, &rejected);
         self.add_headers(response.headers_mut(), decisions);
         response
     }

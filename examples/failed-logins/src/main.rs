@@ -1,35 +1,47 @@
-//! Counting only failed logins: 3 wrong passwords per user per 15 minutes, while right ones
-//! never count. Each attempt reserves its slot, and a response under 400 gives it back.
+//! Counting only failed logins, by the user name in the JSON body: 5 wrong passwords per user
+//! per 15 minutes lock that user out; right ones never count. A layer cannot read the body, so
+//! the handler checks and answers as the layer would ([`Limited`]): each attempt reserves a
+//! failure, and a right password gives it back.
 
 use std::time::Duration;
 
-use axum::{Router, http::HeaderMap, http::StatusCode, routing::post};
+use axum::{Json, Router, extract::State, http::StatusCode, response::IntoResponse, routing::post};
 use redlimit::{Algorithm, ConfigError, GuardedLimiter, Limiter, MemoryBackend, Policy};
-use tower_redlimit::{HeaderKey, RateLimitLayer};
+use tower_redlimit::Limited;
 
-async fn login(headers: HeaderMap) -> StatusCode {
-    match headers.get("x-password").map(|v| v.as_bytes()) {
-        Some(b"demo") => StatusCode::OK,
-        _ => StatusCode::UNAUTHORIZED,
+#[derive(serde::Deserialize)]
+struct Login {
+    user: String,
+    password: String,
+}
+
+async fn login(State(guard): State<GuardedLimiter>, Json(login): Json<Login>) -> impl IntoResponse {
+    let attempt = Limited::new(guard.policies(), guard.check(&login.user).reserve().await);
+    if !attempt.allowed() {
+        return attempt.into_response(); // 429, whatever the password
     }
+    if login.password == "demo" {
+        guard.settle(attempt.decisions(), 0).await; // not a failure: given back
+        return StatusCode::OK.into_response();
+    }
+    (attempt, StatusCode::UNAUTHORIZED).into_response()
 }
 
 fn app(limiter: Limiter) -> Result<Router, ConfigError> {
     let failures = Policy::builder("login-failures", Algorithm::SlidingWindowLog)
-        .limit(3)
+        .limit(5)
         .window(Duration::from_secs(15 * 60))
         .build()?;
-    let layer = RateLimitLayer::new(GuardedLimiter::builder(limiter, failures).build())
-        .key(HeaderKey::new("x-user")?)
-        .count_when(|status, _| status.as_u16() >= 400);
-    // On the handler: axum's 405 for a `GET /login` is then neither limited nor counted.
-    Ok(Router::new().route("/login", post(login).route_layer(layer)))
+    let guard = GuardedLimiter::builder(limiter, failures).build();
+    Ok(Router::new().route("/login", post(login)).with_state(guard))
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
-    println!("try: curl -si -X POST -H 'x-user: ann' -H 'x-password: guess' 127.0.0.1:3000/login");
+    println!(
+        "try: curl -si -H 'content-type: application/json' -d '{{\"user\":\"ann\",\"password\":\"x\"}}' 127.0.0.1:3000/login"
+    );
     axum::serve(listener, app(Limiter::new(MemoryBackend::default()))?).await?;
     Ok(())
 }
@@ -42,25 +54,39 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn successes_do_not_count_and_three_failures_lock_the_user_out() {
+    async fn successes_do_not_count_and_five_failures_lock_the_user_out() {
         let app = app(Limiter::new(MemoryBackend::default())).expect("an app");
-        let attempt = |password: &'static str| {
-            let request = Request::post("/login").header("x-user", "ann");
-            let request = request.header("x-password", password).body(Body::empty());
-            let app = app.clone();
-            async move {
-                app.oneshot(request.expect("a request"))
-                    .await
-                    .expect("ok")
-                    .status()
-            }
+        let attempt = async |user: &str, password: &str| {
+            let body = format!("{{\"user\":\"{user}\",\"password\":\"{password}\"}}");
+            let request = Request::post("/login").header("content-type", "application/json");
+            let response = app
+                .clone()
+                .oneshot(request.body(Body::from(body)).expect("ok"));
+            response.await.expect("infallible")
         };
         for _ in 0..5 {
-            assert_eq!(attempt("demo").await, StatusCode::OK);
+            assert_eq!(attempt("ann", "demo").await.status(), StatusCode::OK);
         }
-        for _ in 0..3 {
-            assert_eq!(attempt("guess").await, StatusCode::UNAUTHORIZED);
+        for left in (0..5).rev() {
+            let failed = attempt("ann", "guess").await;
+            assert_eq!(failed.status(), StatusCode::UNAUTHORIZED);
+            let state = failed.headers()["ratelimit"].to_str().expect("text");
+            assert!(
+                state.starts_with(&format!("\"login-failures\";r={left};")),
+                "{state}"
+            );
         }
-        assert_eq!(attempt("demo").await, StatusCode::TOO_MANY_REQUESTS);
+        let locked = attempt("ann", "demo").await;
+        assert_eq!(
+            locked.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "the right password too"
+        );
+        assert!(locked.headers().contains_key("retry-after"));
+        assert_eq!(
+            attempt("bob", "demo").await.status(),
+            StatusCode::OK,
+            "another user"
+        );
     }
 }

@@ -294,3 +294,65 @@ fn layer_configuration_mistakes_are_config_errors() {
     assert!(tower_redlimit::ClientIp::behind_proxies(["10.0.0.0/40"]).is_err());
     assert!(tower_redlimit::HeaderKey::new("not a header").is_err());
 }
+
+/// A check made in a handler answers as the layer does, with its own policy's headers: an
+/// outer layer (100 per minute for everyone) adds its own only where the handler's response
+/// has none, so the client sees the handler's numbers, allowed or denied.
+#[tokio::test]
+async fn a_handler_check_answers_with_its_own_policys_headers() {
+    use axum::{extract::State, response::IntoResponse};
+    use tower_redlimit::Limited;
+
+    let outer = Policy::builder("everyone", Algorithm::FixedWindow)
+        .limit(100)
+        .window(Duration::from_secs(60))
+        .build()
+        .expect("valid");
+    let outer = RateLimitLayer::new(
+        GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), outer).build(),
+    )
+    .key(Global);
+    let exports = Policy::builder("exports", Algorithm::FixedWindow)
+        .limit(1)
+        .window(Duration::from_secs(60))
+        .build()
+        .expect("valid");
+    let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), exports)
+        .clock(TestClock::at_millis(T0).clock())
+        .build();
+    async fn export(State(guard): State<GuardedLimiter>) -> axum::response::Response {
+        let limited = Limited::new(guard.policies(), guard.check("acme").await);
+        if !limited.allowed() {
+            return limited.into_response();
+        }
+        (limited, "exported").into_response()
+    }
+    let app = Router::new()
+        .route("/export", get(export))
+        .with_state(guard)
+        .layer(outer);
+    let request = || {
+        Request::get("/export")
+            .body(Body::empty())
+            .expect("request")
+    };
+
+    let allowed = call(&app, request()).await;
+    assert_eq!(allowed.status(), 200);
+    assert_eq!(
+        allowed.headers()["ratelimit-policy"],
+        "\"exports\";q=1;w=60"
+    );
+    assert_eq!(allowed.headers()["ratelimit"], "\"exports\";r=0;t=60");
+    assert_eq!(body_text(allowed).await, "exported");
+
+    let denied = call(&app, request()).await;
+    assert_eq!(denied.status(), 429);
+    assert_eq!(denied.headers()["ratelimit-policy"], "\"exports\";q=1;w=60");
+    assert_eq!(denied.headers()["ratelimit"], "\"exports\";r=0;t=60");
+    assert_eq!(denied.headers()["retry-after"], "60");
+    assert_eq!(
+        body_text(denied).await,
+        "rate limit exports exceeded; retry after 60 s\n"
+    );
+}
