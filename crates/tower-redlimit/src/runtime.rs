@@ -283,7 +283,8 @@ impl Tier {
     }
 
     /// The check of `request` by `key`: counted once per request id when the layer reads one
-    /// and the request carries it, and a reservation when responses settle what counts.
+    /// and the request carries it, and a reservation when responses settle what counts or a
+    /// concurrency limit may refuse it (see [`admission`](Self::admission)).
     fn check(&self, request: &Parts, key: &str) -> Check {
         let mut check = self.guard.check(key).cost(self.settings.cost_of(request));
         let id = self
@@ -299,13 +300,14 @@ impl Tier {
             });
             check = check.once(id, window);
         }
-        if self.settings.settle.is_some() {
+        if self.settings.settle.is_some() || self.settings.concurrency.is_some() {
             check = check.reserve();
         }
         check.start()
     }
 
-    /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit.
+    /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit. A
+    /// refused lease gives back what the rate check took: a denied request consumes nothing.
     fn admission(&self, request: &Parts, key: Cow<'_, str>) -> Admission {
         let check = self.check(request, &key);
         let Some(policy) = self.settings.concurrency.clone() else {
@@ -318,6 +320,16 @@ impl Tier {
                 return (decisions, None);
             }
             let (decision, lease) = guard.acquire(&policy, &key).await;
+            let decisions = if !decision.allowed && decisions.reserved_cost().is_some() {
+                let given_back = guard.settle(&decisions, 0).await;
+                if given_back {
+                    decisions.settled(0)
+                } else {
+                    decisions
+                }
+            } else {
+                decisions
+            };
             (
                 decisions.and(decision),
                 lease.map(|lease| Box::new(lease.keep_alive())),

@@ -258,3 +258,58 @@ async fn an_open_circuit_answers_acquires_without_the_backend() {
     let after = guard.stats().failed(ErrorKind::Backend) + guard.stats().failed(ErrorKind::Timeout);
     assert_eq!(after, 1, "an open circuit asked the backend nothing more");
 }
+
+/// A request the concurrency limit refuses consumes no rate quota: limit 10 with one slot, one
+/// request held in flight and one refused leave 9, on Redis and in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_refusal_spends_no_rate_quota() {
+    use axum::{Router, body::Body, http::Request, routing::get};
+    use redlimit::{Algorithm, GuardedLimiter, Policy};
+    use tower::ServiceExt;
+    use tower_redlimit::{Global, RateLimitLayer};
+
+    let server = RedisServer::start();
+    for (name, limiter) in both_backends(&server) {
+        let per_minute = Policy::builder("per-minute", Algorithm::FixedWindow)
+            .limit(10)
+            .window(Duration::from_secs(60))
+            .build()
+            .expect("valid");
+        let guard = GuardedLimiter::builder(limiter, per_minute)
+            .budget(Duration::from_secs(5))
+            .build();
+        let (release, released) = tokio::sync::watch::channel(false);
+        let (entered, mut in_flight) = tokio::sync::mpsc::unbounded_channel();
+        let handler = move || {
+            let (mut released, entered) = (released.clone(), entered.clone());
+            async move {
+                let _ = entered.send(());
+                let _ = released.wait_for(|done| *done).await;
+                "done"
+            }
+        };
+        let layer = RateLimitLayer::new(guard.clone())
+            .key(Global)
+            .concurrency(policy("one-at-a-time", 1, Duration::from_secs(30)));
+        let app = Router::new().route("/", get(handler)).layer(layer);
+        let request = || Request::get("/").body(Body::empty()).expect("request");
+        let held = tokio::spawn(app.clone().oneshot(request()));
+        // In its handler, the first holds the one slot: the next is refused by the limit.
+        in_flight.recv().await.expect("the first request is served");
+        let refused = app.clone().oneshot(request()).await.expect("infallible");
+        assert_eq!(refused.status(), 429, "{name}");
+        let state = refused.headers()["ratelimit"]
+            .to_str()
+            .expect("text")
+            .to_owned();
+        release.send(true).expect("the handler waits");
+        assert_eq!(
+            held.await.expect("served").expect("infallible").status(),
+            200
+        );
+        let left = guard.check("global").cost(0).await;
+        println!("{name}: refused with {state}; {} left", left[0].remaining);
+        assert!(state.contains("\"per-minute\";r=9;"), "{name}: {state}");
+        assert_eq!(left[0].remaining, 9, "{name}: one served, one refused");
+    }
+}
