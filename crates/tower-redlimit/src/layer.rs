@@ -6,7 +6,7 @@ use redlimit::{ConcurrencyPolicy, GuardedLimiter};
 use tower_layer::Layer;
 
 use crate::{
-    AccessList, ClientIp, HeaderStyle, KeyExtractor, MissingKey, RateLimit, Rejected,
+    AccessList, ClientIp, HeaderStyle, KeyExtractor, MissingKey, RateLimit, Rejected, Served,
     http_metrics::HttpSeries,
     runtime::{ChooseFn, Guarded, Runtime, Settings},
     waiting_room::Waiters,
@@ -250,12 +250,12 @@ impl RateLimitLayer {
         counts: impl Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
     ) -> Self {
         // Counted: the reservation stays as taken; not counted: none of it does.
-        self.settle(move |status, headers| (!counts(status, headers)).then_some(0))
+        self.settle(move |served| (!counts(served.status, served.headers)).then_some(0))
     }
 
-    /// Counts a cost known only from the response, such as tokens a model reports in a
-    /// header: each check reserves its request's [`cost`](Self::cost), and `actual` (from the
-    /// response's status and headers) settles it before the response is sent: whatever the
+    /// Counts a cost known only from the response, such as tokens a model reports: each check
+    /// reserves its request's [`cost`](Self::cost), and `actual` (from the response's status,
+    /// headers and extensions: see [`Served`]) settles it before the response is sent: whatever the
     /// reservation took beyond the actual cost is given back, and an actual cost above the
     /// reservation is charged, even past the limit, so the client's next requests wait until
     /// the debt has refilled (see [`Limiter::settle`](redlimit::Limiter::settle)). `None`
@@ -273,15 +273,15 @@ impl RateLimitLayer {
     /// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), tokens).build())
     ///     // An estimate of 500 tokens per request, settled by what the model reports.
     ///     .cost(|_| 500)
-    ///     .settle(|_, headers| headers.get("x-tokens-used")?.to_str().ok()?.parse().ok());
+    ///     .settle(|served| served.headers.get("x-tokens-used")?.to_str().ok()?.parse().ok());
     /// # Ok::<(), redlimit::ConfigError>(())
     /// ```
     pub fn settle(
         mut self,
-        actual: impl Fn(StatusCode, &HeaderMap) -> Option<u64> + Send + Sync + 'static,
+        actual: impl Fn(&Served<'_>) -> Option<u64> + Send + Sync + 'static,
     ) -> Self {
-        self.settings().settle = Some(Arc::new(move |status, headers, reserved| {
-            actual(status, headers).unwrap_or(reserved)
+        self.settings().settle = Some(Arc::new(move |served, reserved| {
+            actual(served).unwrap_or(reserved)
         }));
         self
     }

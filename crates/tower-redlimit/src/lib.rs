@@ -107,6 +107,7 @@ mod missing_key;
 mod rejection_body;
 mod response;
 mod runtime;
+mod served;
 mod service;
 mod waiting_room;
 
@@ -122,5 +123,6 @@ pub use self::{
     limited::Limited,
     missing_key::MissingKey,
     response::Rejected,
+    served::Served,
     service::RateLimit,
 };

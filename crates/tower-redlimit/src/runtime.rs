@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header, req
 use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
 
 use crate::{
-    AccessList, HeaderStyle, KeyExtractor, MissingKey,
+    AccessList, HeaderStyle, KeyExtractor, MissingKey, Served,
     headers::{self, policy_value, policy_value_of, seconds_up},
     http_metrics::HttpSeries,
     response::{Rejected, default_response, is_grpc, refusal, with_retry_after},
@@ -29,7 +29,7 @@ pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 pub(crate) type RejectionFn = dyn Fn(&Rejected<'_>) -> Response<Bytes> + Send + Sync;
 pub(crate) type ChooseFn = dyn Fn(&Parts, &str) -> Option<usize> + Send + Sync;
 /// From a response's status and headers and the cost reserved, the cost that stays counted.
-pub(crate) type SettleFn = dyn Fn(StatusCode, &HeaderMap, u64) -> u64 + Send + Sync;
+pub(crate) type SettleFn = dyn Fn(&Served<'_>, u64) -> u64 + Send + Sync;
 
 /// The settings every tier of one layer shares: who is limited, what a request costs, the lists,
 /// and how answers are written.
@@ -346,7 +346,7 @@ impl Tier {
         decisions: &Decisions,
     ) -> Option<Settle> {
         let (settle, reserved) = (self.settings.settle.as_ref()?, decisions.reserved_cost()?);
-        let actual = settle(response.status(), response.headers(), reserved);
+        let actual = settle(&Served::of(response), reserved);
         if actual == reserved {
             return None;
         }

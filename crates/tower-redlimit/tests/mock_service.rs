@@ -227,3 +227,30 @@ async fn a_missing_key_is_refused_as_its_cause_says_over_grpc_too() {
         assert!(message.contains("found nothing"), "{message}");
     }
 }
+
+/// A cost only the handler knows settles the reservation from the response's extensions,
+/// never shown to the client: 250 of 1,000 reserved, so 750 are given back.
+#[tokio::test]
+async fn a_cost_in_the_responses_extensions_settles_the_reservation() {
+    #[derive(Clone)]
+    struct TokensUsed(u64);
+
+    let layer = in_memory(10_000)
+        .cost(|_| 1_000)
+        .settle(|served| served.extensions.get::<TokensUsed>().map(|used| used.0));
+    let (mut service, mut handle) = limited(layer);
+    handle.allow(1);
+    assert!(poll_ready(&mut service).is_ready());
+    let served = service.call(Request::new(()));
+    let (_, respond) = handle.next_request().await.expect("called");
+    let mut response = Response::new("generated".to_owned());
+    response.extensions_mut().insert(TokensUsed(250));
+    respond.send_response(response);
+    let served = served.await.expect("served");
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(served.headers()["ratelimit"], "\"p\";r=9750;t=600", "settled numbers");
+    assert!(
+        !served.headers().contains_key("x-tokens-used"),
+        "the cost stays on the server"
+    );
+}

@@ -129,7 +129,8 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
         if let Some(name) = &route.settle_header {
             let name = axum::http::HeaderName::try_from(name.as_str())
                 .map_err(|e| at(&format!("settle_header: {e}")))?;
-            layer = layer.settle(move |_, headers| headers.get(&name)?.to_str().ok()?.parse().ok());
+            layer =
+                layer.settle(move |served| served.headers.get(&name)?.to_str().ok()?.parse().ok());
         }
         if let Some(name) = &route.idempotency_header {
             let name = axum::http::HeaderName::try_from(name.as_str())
