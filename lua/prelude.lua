@@ -174,12 +174,17 @@ local function seen_before(idem)
   return reply
 end
 
--- Remembers reply[first .. last], the request's own part of a batch's reply.
+-- Remembers reply[first .. last], the request's own part of a batch's reply: for window ms,
+-- or (window nil) for what is left of the time it was remembered for.
 local function remember(idem, reply, first, last, window)
   local parts = {}
   for i = first, last do
     parts[#parts + 1] = str(reply[i])
   end
-  redis.call('SET', idem, table.concat(parts, ','), 'PX', window)
+  if window then
+    redis.call('SET', idem, table.concat(parts, ','), 'PX', window)
+  else
+    redis.call('SET', idem, table.concat(parts, ','), 'KEEPTTL')
+  end
 end
 

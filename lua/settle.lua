@@ -2,18 +2,44 @@
 -- arguments). A request carrying its reservation's time (TAKEN_AT) gives back its cost: each
 -- algorithm's settle gives back at most the cost, only to the state the reservation counted in,
 -- never below empty. A request without it charges its cost now, even past the limit, in every
--- policy of its set. Reply, per request: how many of its policies changed.
+-- policy of its set. A request with its reservation's request id (ONCE) moves what a retry of
+-- that request is answered by as much: each admitting policy's remaining, never below 0.
+-- Reply, per request: how many of its policies changed.
 local sets, a = read_sets(ARGV)
 local now_us, out, k, last, _ = clock(ARGV[1]), {}, 1, #ARGV, nil
+
+-- The reply remembered at idem for a request of policies policies, each admitting policy's
+-- remaining moved by delta.
+local function resettle(idem, policies, delta)
+  local stored = seen_before(idem)
+  if not stored or #stored < 4 * policies then
+    return
+  end
+  for i = 1, policies do
+    local at = 4 * (i - 1)
+    if stored[at + 1] == 1 then
+      stored[at + 2] = math.max(0, stored[at + 2] + delta)
+    end
+  end
+  remember(idem, stored, 1, #stored, nil)
+end
+
 while a <= last do
-  local cost, set, taken_at, repeats
-  cost, set, _, _, taken_at, a, repeats = read_request(ARGV, a)
+  local cost, set, once, taken_at, repeats
+  cost, set, _, once, taken_at, a, repeats = read_request(ARGV, a)
   for _ = 1, repeats do
+    local idem
+    if once then
+      idem, k = KEYS[k], k + 1
+    end
     local changed = 0
     for _, p in ipairs(sets[set]) do
       local key, limit, window, burst
       key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
       changed = changed + p.settle(key, limit, window, burst, now_us, cost, taken_at)
+    end
+    if idem then
+      resettle(idem, #sets[set], taken_at and cost or -cost)
     end
     out[#out + 1] = changed
   end

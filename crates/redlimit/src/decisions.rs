@@ -49,6 +49,8 @@ pub(crate) struct Reservation {
     pub(crate) client: Box<str>,
     pub(crate) cost: u64,
     pub(crate) at_us: u64,
+    /// The request id it was checked with: a settle moves what a retry of it is answered too.
+    pub(crate) once: Option<Box<str>>,
 }
 
 impl Decisions {

@@ -248,7 +248,11 @@ async fn a_cost_in_the_responses_extensions_settles_the_reservation() {
     respond.send_response(response);
     let served = served.await.expect("served");
     assert_eq!(served.status(), StatusCode::OK);
-    assert_eq!(served.headers()["ratelimit"], "\"p\";r=9750;t=600", "settled numbers");
+    assert_eq!(
+        served.headers()["ratelimit"],
+        "\"p\";r=9750;t=600",
+        "settled numbers"
+    );
     assert!(
         !served.headers().contains_key("x-tokens-used"),
         "the cost stays on the server"

@@ -524,3 +524,40 @@ async fn sixty_four_concurrent_settles_above_never_lose_a_charge() {
         }
     }
 }
+
+/// A retry of a settled reservation (its request id sent again) is answered what is left after
+/// the settle, not what the reservation left, whether the settle gave back or charged; on
+/// Redis and in memory.
+#[tokio::test]
+async fn a_retry_of_a_settled_request_shows_the_settled_numbers() {
+    let server = RedisServer::start();
+    let p = alone(&policy(Algorithm::TokenBucket, 1_000, 3_600_000, None));
+    for (name, limiter) in both_backends(&server) {
+        for (id, actual) in [("gave-back", 30), ("charged", 150)] {
+            let check = || {
+                limiter
+                    .check(&p, "c")
+                    .cost(100)
+                    .once(id, Duration::from_secs(60))
+                    .reserve()
+                    .at(at_ms(T0))
+            };
+            let reserved = check().await.expect("decided");
+            assert!(reserved.allowed(), "{name}");
+            let settle = limiter.settle(&reserved, actual).at(at_ms(T0 + 1));
+            assert!(settle.await.expect("settled"), "{name}");
+            let settled = reserved.clone().settled(actual);
+            let retried = check().await.expect("decided");
+            assert_eq!(
+                retried[0].remaining, settled[0].remaining,
+                "{name}, {id}: the retry shows the settled numbers, not {}",
+                reserved[0].remaining
+            );
+            assert_eq!(
+                retried.reserved_cost(),
+                None,
+                "{name}: a retry took nothing"
+            );
+        }
+    }
+}

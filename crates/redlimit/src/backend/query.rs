@@ -43,6 +43,7 @@ pub(crate) fn stamp(
                 client: client.into(),
                 cost: options.cost,
                 at_us,
+                once: options.once.map(|(id, _)| id.into()),
             }),
         _ => decisions,
     }

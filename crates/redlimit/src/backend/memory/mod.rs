@@ -387,7 +387,16 @@ impl MemoryBackend {
         let overridden = self.overrides().resolve(keys, set, client, now_us);
         let policies = overridden.as_deref().unwrap_or(set);
         let settlement = Settlement::of(reserved, change, MAX_EXACT);
-        Ok(self.settle_policies(keys, client, policies, settlement, now_us))
+        let changed = self.settle_policies(keys, client, policies, settlement, now_us);
+        if let Some(id) = &reserved.once {
+            let delta = match settlement {
+                Settlement::GiveBack { cost, .. } => i64::try_from(cost).unwrap_or(i64::MAX),
+                Settlement::Charge { cost } => -i64::try_from(cost).unwrap_or(i64::MAX),
+            };
+            self.recent()
+                .resettle(&keys.once(set, client, id, true), delta);
+        }
+        Ok(changed)
     }
 
     /// Settles what `policies` took for `client` (see [`algorithm::refund`] and

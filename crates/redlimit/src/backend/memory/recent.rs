@@ -55,4 +55,17 @@ impl Recent {
         answers.insert(id, (first.clone(), until));
         (first, false)
     }
+
+    /// Moves the remaining of each admitting answer remembered at `key` by `delta`, never
+    /// below 0: a retry of a settled reservation is answered what is left after the settle.
+    pub(crate) fn resettle(&self, key: &str, delta: i64) {
+        let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((first, _)) = answers.get_mut(&self.ids.id(key)) else {
+            return;
+        };
+        for answer in first.iter_mut().filter(|a| a.denial.is_none()) {
+            let moved = i128::from(answer.view.remaining) + i128::from(delta);
+            answer.view.remaining = u64::try_from(moved.max(0)).unwrap_or(u64::MAX);
+        }
+    }
 }

@@ -38,15 +38,15 @@ impl RedisBackend {
             deadline: tokio::time::Instant::now() + budget,
         };
         let (redis, set) = (self.clone(), query.set.clone());
+        // Only a reservation keeps its client and request id, for the settle.
+        let (client, once) = if options.reserve {
+            (client.to_owned(), options.once.map(|(id, _)| id.to_owned()))
+        } else {
+            (String::new(), None)
+        };
         let options = Options {
             once: None,
             ..*options
-        };
-        // Only a reservation keeps its client, for the settle.
-        let client = if options.reserve {
-            client.to_owned()
-        } else {
-            String::new()
         };
         Started::Waiting(Box::pin(async move {
             let request = Request {
@@ -76,6 +76,10 @@ impl RedisBackend {
                 })
                 .collect();
             let decisions = Decisions::new(decisions);
+            let options = Options {
+                once: once.as_deref().map(|id| (id, 0)),
+                ..options
+            };
             Ok(stamp(decisions, &options, &set, &client, reply.taken_at_us))
         }))
     }
@@ -100,16 +104,20 @@ impl RedisBackend {
         now: Option<Timestamp>,
     ) -> Result<u64, Error> {
         let (set, client) = (&reserved.set, &*reserved.client);
+        // With its request id (and as the reservation it was, which names the id's key), so
+        // that a retry of the request is answered what is left after the settle.
+        let request = Request {
+            once: reserved.once.as_deref().map(|id| (id, 0)),
+            reserve: true,
+            ..Request::new(set, client)
+        };
         let request = match Settlement::of(reserved, change, MAX_EXACT) {
             Settlement::GiveBack { cost, at_us } => Request {
                 cost,
                 taken_at_us: Some(at_us),
-                ..Request::new(set, client)
+                ..request
             },
-            Settlement::Charge { cost } => Request {
-                cost,
-                ..Request::new(set, client)
-            },
+            Settlement::Charge { cost } => Request { cost, ..request },
         };
         let call = protocol::encode(keys, now.map(Timestamp::as_micros), &[request]);
         let reply = self.script(call, |scripts| &scripts.settle).await?;
