@@ -118,7 +118,7 @@ pub use self::{
     access_list::AccessList,
     future::ResponseFuture,
     headers::HeaderStyle,
-    key::{Both, ClientIp, ClientIpHeader, Global, HeaderKey, KeyExtractor},
+    key::{Both, ClientIp, ClientIpHeader, ExtensionKey, Global, HeaderKey, KeyExtractor},
     layer::RateLimitLayer,
     limited::Limited,
     missing_key::MissingKey,

@@ -356,3 +356,50 @@ async fn a_handler_check_answers_with_its_own_policys_headers() {
         "rate limit exports exceeded; retry after 60 s\n"
     );
 }
+
+/// A key an earlier middleware put in the request's extensions (here an authenticated user):
+/// limited per user, and a request the middleware left without one refused with 400.
+#[tokio::test]
+async fn a_key_from_an_earlier_middlewares_extension() {
+    use axum::{extract::Request as AxumRequest, middleware::Next};
+    use tower_redlimit::ExtensionKey;
+
+    #[derive(Clone)]
+    struct User(String);
+    impl std::fmt::Display for User {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+    async fn authenticate(mut request: AxumRequest, next: Next) -> axum::response::Response {
+        let user = request
+            .headers()
+            .get("x-user")
+            .and_then(|v| v.to_str().ok());
+        if let Some(user) = user.map(str::to_owned) {
+            request.extensions_mut().insert(User(user));
+        }
+        next.run(request).await
+    }
+    let app = Router::new()
+        .route("/", get(ok))
+        .layer(layer().key(ExtensionKey::<User>::new()))
+        .layer(axum::middleware::from_fn(authenticate));
+    let as_user = |user: &str| {
+        Request::get("/")
+            .header("x-user", user)
+            .body(Body::empty())
+            .expect("request")
+    };
+    assert_eq!(call(&app, as_user("ann")).await.status(), 200);
+    assert_eq!(call(&app, as_user("ann")).await.status(), 429);
+    assert_eq!(call(&app, as_user("bob")).await.status(), 200, "per user");
+    let anonymous = call(
+        &app,
+        Request::get("/").body(Body::empty()).expect("request"),
+    )
+    .await;
+    assert_eq!(anonymous.status(), 400);
+    let text = body_text(anonymous).await;
+    assert!(text.contains("the request extension"), "{text}");
+}

@@ -1,6 +1,7 @@
 //! Who is limited: key extractors turn a request into the client key.
 
 mod client_ip_header;
+mod extension;
 mod ip;
 #[cfg(feature = "axum")]
 mod route;
@@ -12,7 +13,7 @@ use redlimit::ConfigError;
 
 #[cfg(feature = "axum")]
 pub use self::route::MatchedRoute;
-pub use self::{client_ip_header::ClientIpHeader, ip::ClientIp};
+pub use self::{client_ip_header::ClientIpHeader, extension::ExtensionKey, ip::ClientIp};
 
 /// Turns a request into the key that is limited, or `None` when it has none (see
 /// [`MissingKey`](crate::MissingKey)). The key may borrow from the request, so a header value is
