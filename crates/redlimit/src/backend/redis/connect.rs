@@ -3,7 +3,7 @@
 
 use deadpool_redis::redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisResult,
-    aio::{ConnectionLike, MultiplexedConnection},
+    aio::{ConnectionLike, MultiplexedConnection, PubSub},
 };
 
 use super::bounded::{Bounded, MAX_REPLY};
@@ -34,14 +34,34 @@ pub(crate) async fn connect(
             .get_multiplexed_async_connection_with_config(&config)
             .await;
     };
-    let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-    stream.set_nodelay(info.tcp_settings().nodelay())?;
-    let stream = Bounded::new(stream, MAX_REPLY);
+    let stream = bounded_tcp(host, *port, info).await?;
     let (connection, driver) =
         MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
     // The driver ends when the last clone of the connection is dropped.
     tokio::spawn(driver);
     Ok(connection)
+}
+
+/// A pub/sub connection to the server `info` names, its messages bounded as [`connect`]'s
+/// replies are.
+pub(crate) async fn pubsub(info: &ConnectionInfo) -> RedisResult<PubSub> {
+    let ConnectionAddr::Tcp(host, port) = info.addr() else {
+        return deadpool_redis::redis::Client::open(info.clone())?
+            .get_async_pubsub()
+            .await;
+    };
+    PubSub::new(info.redis_settings(), bounded_tcp(host, *port, info).await?).await
+}
+
+/// A TCP stream to `host:port` with `info`'s settings, its replies bounded by [`MAX_REPLY`].
+async fn bounded_tcp(
+    host: &str,
+    port: u16,
+    info: &ConnectionInfo,
+) -> std::io::Result<Bounded<tokio::net::TcpStream>> {
+    let stream = tokio::net::TcpStream::connect((host, port)).await?;
+    stream.set_nodelay(info.tcp_settings().nodelay())?;
+    Ok(Bounded::new(stream, MAX_REPLY))
 }
 
 /// Checks a pooled connection before it is handed out again: a `PING` with a number of its own

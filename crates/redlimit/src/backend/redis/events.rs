@@ -164,7 +164,10 @@ async fn run(backend: Weak<Inner>) {
             return;
         };
         let connected = match subscriber.client(attempt).await {
-            Some(client) => tokio::time::timeout(IDLE, client.get_async_pubsub()).await,
+            Some(client) => {
+                let connect = super::connect::pubsub(client.get_connection_info());
+                tokio::time::timeout(IDLE, connect).await
+            }
             None => return,
         };
         if let Ok(Ok(pubsub)) = connected
