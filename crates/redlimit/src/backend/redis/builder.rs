@@ -13,7 +13,7 @@ use deadpool_redis::{
 };
 
 #[cfg(feature = "sentinel")]
-use super::sentinel_pool;
+use super::sentinels;
 #[cfg(feature = "tls")]
 use super::tls;
 use super::{
@@ -21,8 +21,8 @@ use super::{
     batch::Batcher,
     connection::Pools,
     events::{Events, Subscriber},
+    node_pool::{Node, NodeManager, NodePool},
     scripts::Scripts,
-    standalone_pool,
     url::check_url,
 };
 #[cfg(feature = "cluster")]
@@ -184,8 +184,8 @@ impl RedisBackendBuilder {
 
     /// The sentinels at `urls` naming `master`, with this builder's certificates for it.
     #[cfg(feature = "sentinel")]
-    fn sentinels(&self, urls: &[String], master: &str) -> sentinel_pool::Sentinels {
-        sentinel_pool::Sentinels {
+    fn sentinels(&self, urls: &[String], master: &str) -> sentinels::Sentinels {
+        sentinels::Sentinels {
             urls: urls.to_vec(),
             master: master.to_owned(),
             #[cfg(feature = "tls")]
@@ -253,11 +253,8 @@ impl RedisBackendBuilder {
                         .into_connection_info()
                         .map_err(|e| invalid("redis url")(&e))?,
                 };
-                let manager = standalone_pool::StandaloneManager::new(info);
-                Pools::Standalone(pool!(
-                    standalone_pool::StandalonePool::builder(manager),
-                    "redis url"
-                ))
+                let manager = NodeManager::new(Node::At(info));
+                Pools::Node(pool!(NodePool::builder(manager), "redis url"))
             }
             #[cfg(feature = "cluster")]
             Topology::Cluster(urls) => {
@@ -297,12 +294,12 @@ impl RedisBackendBuilder {
                 for url in urls {
                     check_url("sentinel urls", url)?;
                 }
-                let manager = sentinel_pool::SentinelManager::new(&self.sentinels(urls, master))
+                let sentinels = self
+                    .sentinels(urls, master)
+                    .client()
                     .map_err(|e| invalid("sentinel urls")(&e))?;
-                Pools::Sentinel(pool!(
-                    sentinel_pool::SentinelPool::builder(manager),
-                    "sentinel urls"
-                ))
+                let manager = NodeManager::new(Node::Primary(tokio::sync::Mutex::new(sentinels)));
+                Pools::Node(pool!(NodePool::builder(manager), "sentinel urls"))
             }
         })
     }

@@ -1,4 +1,4 @@
-//! The pools of the three Redis topologies behind one connection type.
+//! The pools of the Redis topologies behind one connection type.
 
 use deadpool_redis::redis::{
     Cmd, Pipeline, RedisFuture, Value,
@@ -11,23 +11,20 @@ use crate::{Error, ErrorKind};
 
 /// A pool per topology.
 pub(crate) enum Pools {
-    Standalone(super::standalone_pool::StandalonePool),
+    /// A standalone server, or the primary sentinels name.
+    Node(super::node_pool::NodePool),
     /// A pool the application built.
     Application(deadpool_redis::Pool),
     #[cfg(feature = "cluster")]
     Cluster(super::cluster_pool::ClusterPool),
-    #[cfg(feature = "sentinel")]
-    Sentinel(super::sentinel_pool::SentinelPool),
 }
 
 /// A connection checked out of its pool and kept for sharing.
 pub(crate) enum Held {
-    Standalone(super::standalone_pool::StandaloneObject),
+    Node(super::node_pool::NodeObject),
     Application(deadpool_redis::Connection),
     #[cfg(feature = "cluster")]
     Cluster(super::cluster_pool::ClusterObject),
-    #[cfg(feature = "sentinel")]
-    Sentinel(super::sentinel_pool::SentinelObject),
 }
 
 /// A clone of the held connection: multiplexed, so clones share one socket (or, for a cluster,
@@ -43,22 +40,18 @@ impl Pools {
     /// Whether the keys are spread over the nodes of a Cluster.
     pub(crate) const fn is_cluster(&self) -> bool {
         match self {
-            Self::Standalone(_) | Self::Application(_) => false,
+            Self::Node(_) | Self::Application(_) => false,
             #[cfg(feature = "cluster")]
             Self::Cluster(_) => true,
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(_) => false,
         }
     }
 
     pub(crate) fn status(&self) -> deadpool_redis::Status {
         match self {
-            Self::Standalone(pool) => pool.status(),
+            Self::Node(pool) => pool.status(),
             Self::Application(pool) => pool.status(),
             #[cfg(feature = "cluster")]
             Self::Cluster(pool) => pool.status(),
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(pool) => pool.status(),
         }
     }
 
@@ -78,16 +71,12 @@ impl Pools {
             Error::new(kind, format!("no redis connection: {cause}{err}"))
         };
         Ok(match self {
-            Self::Standalone(pool) => {
-                Held::Standalone(pool.get().await.map_err(|e| unavailable(&e))?)
-            }
+            Self::Node(pool) => Held::Node(pool.get().await.map_err(|e| unavailable(&e))?),
             Self::Application(pool) => {
                 Held::Application(pool.get().await.map_err(|e| unavailable(&e))?)
             }
             #[cfg(feature = "cluster")]
             Self::Cluster(pool) => Held::Cluster(pool.get().await.map_err(|e| unavailable(&e))?),
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(pool) => Held::Sentinel(pool.get().await.map_err(|e| unavailable(&e))?),
         })
     }
 }
@@ -95,26 +84,20 @@ impl Pools {
 impl Held {
     pub(crate) fn conn(&self) -> Conn {
         match self {
-            Self::Standalone(held) => Conn::Multiplexed((**held).clone()),
+            Self::Node(held) => Conn::Multiplexed((**held).clone()),
             Self::Application(held) => Conn::Multiplexed((**held).clone()),
             #[cfg(feature = "cluster")]
             Self::Cluster(held) => Conn::Cluster((**held).clone()),
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(held) => Conn::Multiplexed((**held).clone()),
         }
     }
 
     /// Removes the connection from its pool for good: a connection that failed is not recycled.
     pub(crate) fn discard(self) {
         match self {
-            Self::Standalone(held) => {
-                drop(super::standalone_pool::StandaloneObject::take(held));
-            }
+            Self::Node(held) => drop(super::node_pool::NodeObject::take(held)),
             Self::Application(held) => drop(deadpool_redis::Connection::take(held)),
             #[cfg(feature = "cluster")]
             Self::Cluster(held) => drop(super::cluster_pool::ClusterObject::take(held)),
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(held) => drop(super::sentinel_pool::SentinelObject::take(held)),
         }
     }
 }

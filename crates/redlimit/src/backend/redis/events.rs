@@ -108,7 +108,7 @@ pub(super) enum Subscriber {
     None,
     Nodes(Vec<ConnectionInfo>),
     #[cfg(feature = "sentinel")]
-    Sentinel(super::sentinel_pool::Sentinels),
+    Sentinel(super::sentinels::Sentinels),
 }
 
 impl Subscriber {

@@ -1,7 +1,7 @@
 //! The connection in use: one multiplexed connection checked out of the pool and shared by
 //! every call, with a generation so that a late failure cannot discard its replacement.
 
-use std::{sync::PoisonError, time::Duration};
+use std::{pin::Pin, sync::PoisonError, time::Duration};
 
 use super::{
     RedisBackend,
@@ -32,10 +32,13 @@ impl RedisBackend {
         if let Some(held) = self.held() {
             return Ok(held);
         }
-        // Boxed: a pool's checkout (its wait, the connect, redis-rs's set-up) is a deep future
-        // that every call's own would otherwise hold, taking the compiler past its type depth
-        // limit under a layer; it runs only when no connection is held.
-        let fresh = Box::pin(self.inner.pools.get()).await?;
+        // Boxed and its type erased: a pool's checkout (its wait, asking the sentinels, the
+        // connect, redis-rs's set-up) is a deep future that every call's own would otherwise
+        // hold, taking the compiler past its depth limits under a layer (its size and whether
+        // it is `Send`); it runs only when no connection is held.
+        let checkout: Pin<Box<dyn Future<Output = Result<Held, Error>> + Send + '_>> =
+            Box::pin(self.inner.pools.get());
+        let fresh = checkout.await?;
         let mut shared = self.lock();
         let conn: Conn = shared.held.get_or_insert(fresh).conn();
         Ok((conn, shared.generation))

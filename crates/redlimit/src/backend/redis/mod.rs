@@ -21,14 +21,14 @@ mod connection;
 mod events;
 mod held;
 mod leases;
+mod node_pool;
 mod operator;
 pub(crate) mod protocol;
 mod refusal;
 mod run;
 mod scripts;
 #[cfg(feature = "sentinel")]
-mod sentinel_pool;
-mod standalone_pool;
+mod sentinels;
 mod stored_state;
 #[cfg(feature = "tls")]
 mod tls;

@@ -1,13 +1,8 @@
-//! The pool of connections to the primary the sentinels name, with TLS certificates for it: the
-//! sentinels are asked at every new connection, so after a failover new connections go to the
-//! new primary.
+//! How to reach the primary the sentinels name, with TLS certificates for it: for the node
+//! pool and the operator-event listener.
 
-use std::sync::atomic::AtomicUsize;
-
-use deadpool::managed;
 use deadpool_redis::redis::{
-    IntoConnectionInfo, RedisError, RedisResult,
-    aio::MultiplexedConnection,
+    IntoConnectionInfo, RedisResult,
     sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType},
 };
 
@@ -57,45 +52,3 @@ impl Sentinels {
         builder.build()
     }
 }
-
-/// Makes connections to the primary the sentinels name, and checks a pooled one with a `PING`.
-pub(crate) struct SentinelManager {
-    client: tokio::sync::Mutex<SentinelClient>,
-    pings: AtomicUsize,
-}
-
-impl SentinelManager {
-    pub(crate) fn new(sentinels: &Sentinels) -> RedisResult<Self> {
-        Ok(Self {
-            client: tokio::sync::Mutex::new(sentinels.client()?),
-            pings: AtomicUsize::new(0),
-        })
-    }
-}
-
-impl managed::Manager for SentinelManager {
-    type Type = MultiplexedConnection;
-    type Error = RedisError;
-
-    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
-        // Untimed and bounded to the primary (the caller's budget times it); redis-rs's
-        // questions to the sentinels keep their own timers, 500 ms a sentinel before it asks
-        // the next.
-        let primary = self.client.lock().await.async_get_client().await?;
-        super::connect::connect(primary.get_connection_info(), super::connect::untimed()).await
-    }
-
-    async fn recycle(
-        &self,
-        conn: &mut MultiplexedConnection,
-        _: &managed::Metrics,
-    ) -> managed::RecycleResult<RedisError> {
-        super::connect::recycle_with_ping(conn, &self.pings).await
-    }
-}
-
-/// The pool of [`SentinelManager`]'s connections.
-pub(crate) type SentinelPool = managed::Pool<SentinelManager>;
-
-/// A connection checked out of a [`SentinelPool`].
-pub(crate) type SentinelObject = managed::Object<SentinelManager>;
