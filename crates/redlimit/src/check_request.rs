@@ -54,6 +54,8 @@ pub(crate) struct Options<'a> {
     pub(crate) once: Option<(&'a str, u64)>,
     /// Whether an admitted check is reserved, for a settle.
     pub(crate) reserve: bool,
+    /// One client key per policy of the set, instead of the check's one client for all.
+    pub(crate) keys: Option<&'a [&'a str]>,
     /// The check's one time budget, from its guard; `None`: the backend's.
     pub(crate) budget: Option<Duration>,
 }
@@ -65,6 +67,7 @@ impl Default for Options<'_> {
             at: None,
             once: None,
             reserve: false,
+            keys: None,
             budget: None,
         }
     }
@@ -118,6 +121,46 @@ impl<'a, On> CheckRequest<'a, On> {
         self.options.reserve = true;
         self
     }
+
+    /// Checks each policy of the set under its own client key, `keys[i]` for the set's `i`th
+    /// policy, instead of the check's one client for all: per IP and per API key, a tenant's
+    /// budget and a key's, in one check, all or nothing (if any policy denies, none consumes),
+    /// with one request id, one reservation and, on one Redis server, one script call. The
+    /// check fails with [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) unless
+    /// there is one key per policy, and on a Redis Cluster unless the keys share a slot (with
+    /// [`KeyScheme::tenant_tags`](crate::KeyScheme::tenant_tags), keys written `{acme}ip:10.0.0.1`
+    /// and `{acme}key:k7` do). A guard keeps no local block for such a check. Defaults to the
+    /// check's client for every policy.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let per_ip = Policy::builder("per-ip", Algorithm::FixedWindow)
+    ///     .limit(5)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?;
+    /// let per_key = Policy::builder("per-key", Algorithm::FixedWindow)
+    ///     .limit(1)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?;
+    /// let both = PolicySet::new([per_ip, per_key])?;
+    /// let limiter = Limiter::new(MemoryBackend::default());
+    /// let first = limiter.check(&both, "").keys(&["ip:10.0.0.1", "key:k1"]).await?;
+    /// assert!(first.allowed());
+    /// // The key's second request is denied, and spends none of the IP's quota.
+    /// let second = limiter.check(&both, "").keys(&["ip:10.0.0.1", "key:k1"]).await?;
+    /// assert!(!second.allowed());
+    /// let other = limiter.check(&both, "").keys(&["ip:10.0.0.1", "key:k2"]).await?;
+    /// assert_eq!((other.allowed(), other[0].remaining), (true, 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn keys(mut self, keys: &'a [&'a str]) -> Self {
+        self.options.keys = Some(keys);
+        self
+    }
 }
 
 impl<On> fmt::Debug for CheckRequest<'_, On> {
@@ -129,6 +172,7 @@ impl<On> fmt::Debug for CheckRequest<'_, On> {
             .field("at", &self.options.at)
             .field("once", &self.options.once.is_some())
             .field("reserve", &self.options.reserve)
+            .field("keys", &self.options.keys.map(<[&str]>::len))
             .finish_non_exhaustive()
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct Reservation {
     pub(crate) at_us: u64,
     /// The request id it was checked with: a settle moves what a retry of it is answered too.
     pub(crate) once: Option<Box<str>>,
+    /// Its policies' own client keys, when they were not all `client`'s.
+    pub(crate) each: Option<Box<[Box<str>]>>,
 }
 
 impl Decisions {

@@ -39,6 +39,8 @@ pub struct KeyScheme {
     prefix: String,
     fingerprint: u128,
     hash: Option<Arc<HmacKey>>,
+    /// Whether a client written `{tag}rest` is keyed in `tag`'s slot.
+    tags: bool,
 }
 
 impl fmt::Debug for KeyScheme {
@@ -46,6 +48,7 @@ impl fmt::Debug for KeyScheme {
         f.debug_struct("KeyScheme")
             .field("prefix", &self.prefix)
             .field("hash_clients", &self.hash.is_some())
+            .field("tags", &self.tags)
             .finish_non_exhaustive()
     }
 }
@@ -105,6 +108,7 @@ impl KeyScheme {
             fingerprint: fingerprint(&[&prefix]),
             prefix,
             hash: None,
+            tags: false,
         }
     }
 
@@ -115,6 +119,18 @@ impl KeyScheme {
     #[must_use]
     pub fn hash_clients(mut self, secret: impl AsRef<[u8]>) -> Self {
         self.hash = Some(Arc::new(HmacKey::new(secret.as_ref())));
+        self
+    }
+
+    /// Keys a client written `{tag}rest` under `tag`'s Redis Cluster slot: every client of one
+    /// tag (a tenant's IPs and API keys: `{acme}ip:10.0.0.1`, `{acme}key:k7`) shares a slot, so
+    /// that a check with a key per policy ([`CheckRequest::keys`](crate::CheckRequest::keys))
+    /// is one call on a Cluster too. Each client still has keys of its own. Only for clients the
+    /// application writes so: a client who controls the text could pick a node's slot.
+    /// Defaults to off: a client's braces are escaped like any other character.
+    #[must_use]
+    pub fn tenant_tags(mut self) -> Self {
+        self.tags = true;
         self
     }
 
@@ -184,6 +200,7 @@ impl KeyScheme {
         &self,
         policies: &[Policy],
         client: &str,
+        each: Option<&[&str]>,
         id: &str,
         reserve: bool,
     ) -> String {
@@ -192,6 +209,12 @@ impl KeyScheme {
         // A reservation's reply is longer: a check with the same id is another request.
         if reserve {
             sha1.update(&[1]);
+        }
+        // Checked under a key per policy: the id is the keys' together, named in the first's
+        // slot.
+        for key in each.unwrap_or_default() {
+            sha1.update(&[2]);
+            sha1.update(key.as_bytes());
         }
         for policy in policies {
             sha1.update(&[0]);
@@ -204,23 +227,53 @@ impl KeyScheme {
     }
 
     /// `client` as it stands in the hash tag: escaped text, or its keyed hash.
+    /// Writes `client` inside its keys' braces. With tenant tags, a client written `{tag}rest`
+    /// is written as `tag}/rest`, so that Redis hashes its keys by `tag` alone (see
+    /// [`tenant_tags`](Self::tenant_tags)). No other client writes a `}`, so none is written
+    /// alike.
     fn push_tag(&self, out: &mut String, client: &str) {
-        match &self.hash {
-            Some(key) => {
-                for byte in key.mac(client.as_bytes()) {
-                    let _ = write!(out, "{byte:02x}");
-                }
+        match self.tagged(client) {
+            Some((tag, rest)) => {
+                self.push_part(out, tag);
+                out.push_str("}/");
+                self.push_part(out, rest);
             }
-            None => push_client(out, client),
+            None => self.push_part(out, client),
         }
     }
 
-    /// The Redis Cluster slot of every key of `client`: the CRC16 of its hash tag.
+    fn push_part(&self, out: &mut String, part: &str) {
+        match &self.hash {
+            Some(key) => {
+                for byte in key.mac(part.as_bytes()) {
+                    let _ = write!(out, "{byte:02x}");
+                }
+            }
+            None => push_client(out, part),
+        }
+    }
+
+    /// The Redis Cluster slot of every key of `client`: the CRC16 of its hash tag (the `tag` of
+    /// a client written `{tag}rest`).
     #[cfg(feature = "cluster")]
     pub(crate) fn slot(&self, client: &str) -> u16 {
         let mut tag = String::with_capacity(client.len() + 1);
-        self.push_tag(&mut tag, client);
+        match self.tagged(client) {
+            Some((part, _)) => self.push_part(&mut tag, part),
+            None => self.push_tag(&mut tag, client),
+        }
         crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16_384
+    }
+}
+
+impl KeyScheme {
+    /// With tenant tags, a client written `{tag}rest`, as its tag (not empty) and the rest.
+    fn tagged<'a>(&self, client: &'a str) -> Option<(&'a str, &'a str)> {
+        if !self.tags {
+            return None;
+        }
+        let (tag, rest) = client.strip_prefix('{')?.split_once('}')?;
+        (!tag.is_empty()).then_some((tag, rest))
     }
 }
 
@@ -255,6 +308,42 @@ mod tests {
         // `CLUSTER KEYSLOT foo` and `CLUSTER KEYSLOT bar` on a real server.
         assert_eq!(KeyScheme::default().slot("foo"), 12_182);
         assert_eq!(KeyScheme::default().slot("bar"), 5_061);
+    }
+
+    /// A client written `{tag}rest` is keyed under `tag`'s hash tag, and never as another
+    /// client is: not as `tag` alone, nor as a client whose braces are escaped.
+    #[test]
+    fn a_tagged_client_shares_its_tags_slot_and_no_key() {
+        let policy = crate::Policy::builder("p", crate::Algorithm::Gcra)
+            .limit(1)
+            .window(std::time::Duration::from_secs(1))
+            .build()
+            .expect("valid");
+        let keys = KeyScheme::default().tenant_tags();
+        assert!(
+            KeyScheme::default()
+                .key(&policy, "{acme}k")
+                .contains("%7Bacme%7Dk"),
+            "off"
+        );
+        let key = keys.key(&policy, "{acme}key:k7");
+        assert!(key.contains(":{acme}/key:k7}:"), "{key}");
+        let others = ["acme", "{acme}", "{acme}key:k8", "acme}/key:k7", "{}key:k7"];
+        for other in others {
+            assert_ne!(keys.key(&policy, other), key, "{other}");
+        }
+        assert!(
+            keys.key(&policy, "{}x").contains("%7B%7Dx"),
+            "an empty tag is no tag"
+        );
+        #[cfg(feature = "cluster")]
+        {
+            assert_eq!(keys.slot("{acme}ip:1"), keys.slot("{acme}key:k7"));
+            // `CLUSTER KEYSLOT foo`: the tag alone decides.
+            assert_eq!(keys.slot("{foo}anything"), 12_182);
+            let hashed = KeyScheme::default().hash_clients("secret").tenant_tags();
+            assert_eq!(hashed.slot("{acme}a"), hashed.slot("{acme}b"));
+        }
     }
 
     #[test]

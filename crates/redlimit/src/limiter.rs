@@ -153,6 +153,16 @@ impl Limiter {
 
     /// Begins the check `set` of `client` with `options`.
     pub(crate) fn start(&self, set: &PolicySet, client: &str, options: &Options<'_>) -> Started {
+        if let Some(keys) = options.keys.filter(|keys| keys.len() != set.len()) {
+            return Started::Ready(Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "{} keys for a set of {} policies: one key per policy",
+                    keys.len(),
+                    set.len()
+                ),
+            )));
+        }
         if options.reserve && set.is_delayed() {
             return Started::Ready(Err(Error::new(
                 ErrorKind::InvalidInput,

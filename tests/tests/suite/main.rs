@@ -13,6 +13,7 @@ mod delay;
 mod failover;
 mod harness;
 mod inspect;
+mod keys_per_policy;
 mod layer_axum;
 mod layer_failures;
 mod layer_headers;

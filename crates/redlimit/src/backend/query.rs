@@ -21,6 +21,39 @@ pub(crate) struct Query<'a> {
     pub(crate) options: &'a Options<'a>,
 }
 
+impl<'a> Query<'a> {
+    /// Whose keys each policy uses.
+    pub(crate) fn clients(&self) -> Clients<'a> {
+        Clients {
+            client: self.client,
+            each: self.options.keys,
+        }
+    }
+}
+
+/// Whose keys a check's policies use: the check's client for each, or one key per policy
+/// ([`CheckRequest::keys`](crate::CheckRequest::keys)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clients<'a> {
+    pub(crate) client: &'a str,
+    pub(crate) each: Option<&'a [&'a str]>,
+}
+
+impl<'a> Clients<'a> {
+    /// The client key of the set's `i`th policy.
+    pub(crate) fn of(&self, i: usize) -> &'a str {
+        self.each
+            .and_then(|each| each.get(i).copied())
+            .unwrap_or(self.client)
+    }
+
+    /// The first policy's client key: where one key stands for the check (its Cluster slot,
+    /// its request id's key).
+    pub(crate) fn first(&self) -> &'a str {
+        self.of(0)
+    }
+}
+
 /// A check the backend has begun: decided already (in process), or an answer to wait for.
 pub(crate) enum Started {
     Ready(Result<Decisions, Error>),
@@ -44,6 +77,9 @@ pub(crate) fn stamp(
                 cost: options.cost,
                 at_us,
                 once: options.once.map(|(id, _)| id.into()),
+                each: options
+                    .keys
+                    .map(|keys| keys.iter().map(|&key| key.into()).collect()),
             }),
         _ => decisions,
     }

@@ -318,6 +318,12 @@ impl GuardedLimiter {
     fn checked(&self, client: &str, options: &Options<'_>) -> Check {
         let (cost, reserve) = (options.cost, options.reserve);
         let guard = &*self.inner;
+        // A check with a key per policy answers to its first key's circuit (on a Cluster every
+        // key of one check is in its slot).
+        let client = options
+            .keys
+            .and_then(|keys| keys.first().copied())
+            .unwrap_or(client);
         let span = guard.span(client, cost);
         // Where the answer is recorded if it blocks, and when the check was sent.
         let mut block = None;
@@ -326,7 +332,9 @@ impl GuardedLimiter {
         let blocks = guard
             .blocks
             .as_ref()
-            .filter(|_| cost <= guard.capacity && options.once.is_none() && !reserve);
+            .filter(|_| cost <= guard.capacity && options.once.is_none() && !reserve)
+            // A block is one client's: a check of several keys is not one client's denial.
+            .filter(|_| options.keys.is_none());
         if let Some(blocks) = blocks {
             let sent_us = guard.local_now_us();
             let heard = guard.heard();
@@ -357,8 +365,13 @@ impl GuardedLimiter {
                 let this = self.clone();
                 let client = client.to_owned();
                 let inside = span.clone();
+                // Owned for the failure policy's local check, which needs them too.
+                let keys: Option<Vec<String>> = options
+                    .keys
+                    .map(|keys| keys.iter().map(|&key| key.to_owned()).collect());
                 let options = Options {
                     once: None,
+                    keys: None,
                     ..options
                 };
                 Check::waiting(
@@ -367,6 +380,13 @@ impl GuardedLimiter {
                         // The backend times the check by the guard's budget: one timer.
                         let answer = answer.await;
                         this.inner.metrics.round_trip(sent.elapsed());
+                        let keys: Option<Vec<&str>> = keys
+                            .as_ref()
+                            .map(|keys| keys.iter().map(String::as_str).collect());
+                        let options = Options {
+                            keys: keys.as_deref(),
+                            ..options
+                        };
                         this.remote(answer, &client, &options, block, span).await
                     }
                     .instrument(inside),

@@ -12,14 +12,15 @@ use crate::{
 
 mod bans;
 mod leases;
+mod locked;
 mod operator;
 mod overrides;
 mod recent;
 
-use self::{bans::Bans, leases::Leases, overrides::Overrides, recent::Recent};
+use self::{bans::Bans, leases::Leases, locked::Locked, overrides::Overrides, recent::Recent};
 use super::{
     answer::{Answer, Inspected, decision},
-    query::{Change, Query, Settlement, Started, stamp},
+    query::{Change, Clients, Query, Settlement, Started, stamp},
 };
 use crate::{Decisions, Error, Reason, Timestamp, decisions::Reservation, policy::MAX_EXACT};
 
@@ -169,20 +170,25 @@ impl MemoryBackend {
         mut finish: impl FnMut(&Policy, Answer) -> T,
     ) -> Vec<T> {
         let (keys, cost) = (query.keys, query.options.cost);
-        let (client, mut shard) = self.shard_of(query.client);
+        let mut locked = Locked::new(&self.shards, &self.ids, query.clients(), policies.len());
         if let [policy] = policies {
-            let id = KeyIds::of(keys, policy, client);
-            return vec![finish(policy, shard.check_one(policy, id, cost, now_us))];
+            let id = KeyIds::of(keys, policy, locked.client(0));
+            return vec![finish(
+                policy,
+                locked.shard(0).check_one(policy, id, cost, now_us),
+            )];
         }
         let ids: Vec<KeyId> = policies
             .iter()
-            .map(|policy| KeyIds::of(keys, policy, client))
+            .enumerate()
+            .map(|(i, policy)| KeyIds::of(keys, policy, locked.client(i)))
             .collect();
         let plans: Vec<Plan> = policies
             .iter()
             .zip(&ids)
-            .map(|(policy, &id)| {
-                let state = shard.live(id, now_us);
+            .enumerate()
+            .map(|(i, (policy, &id))| {
+                let state = locked.shard(i).live(id, now_us);
                 algorithm::plan(policy, state, now_us, cost)
             })
             .collect();
@@ -191,7 +197,8 @@ impl MemoryBackend {
             .into_iter()
             .zip(ids)
             .zip(policies)
-            .map(|((plan, id), policy)| {
+            .enumerate()
+            .map(|(i, ((plan, id), policy))| {
                 let answer = match plan.outcome {
                     Err(denial) => Answer::denied(plan.before, denial),
                     Ok(_) if !admitted => Answer::allowed(plan.before, 0),
@@ -199,7 +206,9 @@ impl MemoryBackend {
                         if let Some(write) = write {
                             let expires_at_us =
                                 now_us.saturating_add(write.ttl_ms.saturating_mul(1000));
-                            shard.write(id, write.update, expires_at_us, now_us);
+                            locked
+                                .shard(i)
+                                .write(id, write.update, expires_at_us, now_us);
                         }
                         Answer::allowed(after, plan.delay_ms)
                     }
@@ -220,8 +229,9 @@ impl MemoryBackend {
             options,
         } = query;
         let now_us = options.at.unwrap_or_else(Timestamp::now).as_micros();
+        let clients = query.clients();
         // A client with an override is checked by the policies it names.
-        let overridden = self.overrides().resolve(keys, set, client, now_us);
+        let overridden = self.overrides().resolve(keys, set, clients, now_us);
         let policies = overridden.as_deref().unwrap_or(set);
         let bans = policies.iter().any(|p| p.ban().is_some());
         let answers = || {
@@ -232,7 +242,7 @@ impl MemoryBackend {
         };
         let (answers, taken_at_us) = match options.once {
             Some((id, window_ms)) => {
-                let key = keys.once(set, client, id, options.reserve);
+                let key = keys.once(set, clients.first(), options.keys, id, options.reserve);
                 let (answers, replayed) = self.recent().once(&key, window_ms, now_us, answers);
                 // A retry took nothing: its answer is not reserved.
                 (answers, (!replayed).then_some(now_us))
@@ -323,12 +333,13 @@ impl MemoryBackend {
         policies: &[Policy],
         now_us: u64,
     ) -> Vec<Answer> {
-        let (keys, client, cost) = (query.keys, query.client, query.options.cost);
+        let (keys, clients, cost) = (query.keys, query.clients(), query.options.cost);
         let now = now_us / 1000;
         let mut bans = self.bans.lock();
         let ban_keys: Vec<Option<String>> = policies
             .iter()
-            .map(|p| p.ban().map(|_| keys.ban_key(p, client)))
+            .enumerate()
+            .map(|(i, p)| p.ban().map(|_| keys.ban_key(p, clients.of(i))))
             .collect();
         let banned: Vec<Option<u64>> = ban_keys
             .iter()
@@ -338,7 +349,8 @@ impl MemoryBackend {
             policies
                 .iter()
                 .zip(&banned)
-                .map(|(policy, banned)| match banned {
+                .enumerate()
+                .map(|(i, (policy, banned))| match banned {
                     Some(left) => Answer::banned(
                         View {
                             remaining: 0,
@@ -346,7 +358,7 @@ impl MemoryBackend {
                         },
                         *left,
                     ),
-                    None => self.peek(keys, client, policy, cost, now_us).answer,
+                    None => self.peek(keys, clients.of(i), policy, cost, now_us).answer,
                 })
                 .collect()
         } else {
@@ -383,18 +395,28 @@ impl MemoryBackend {
         now: Option<Timestamp>,
     ) -> Result<u64, Error> {
         let (set, client) = (&reserved.set, &*reserved.client);
+        let each: Option<Vec<&str>> = reserved
+            .each
+            .as_ref()
+            .map(|each| each.iter().map(|key| &**key).collect());
+        let clients = Clients {
+            client,
+            each: each.as_deref(),
+        };
         let now_us = now.unwrap_or_else(Timestamp::now).as_micros();
-        let overridden = self.overrides().resolve(keys, set, client, now_us);
+        let overridden = self.overrides().resolve(keys, set, clients, now_us);
         let policies = overridden.as_deref().unwrap_or(set);
         let settlement = Settlement::of(reserved, change, MAX_EXACT);
-        let changed = self.settle_policies(keys, client, policies, settlement, now_us);
+        let changed = self.settle_policies(keys, clients, policies, settlement, now_us);
         if let Some(id) = &reserved.once {
             let delta = match settlement {
                 Settlement::GiveBack { cost, .. } => i64::try_from(cost).unwrap_or(i64::MAX),
                 Settlement::Charge { cost } => -i64::try_from(cost).unwrap_or(i64::MAX),
             };
-            self.recent()
-                .resettle(&keys.once(set, client, id, true), delta);
+            self.recent().resettle(
+                &keys.once(set, clients.first(), clients.each, id, true),
+                delta,
+            );
         }
         Ok(changed)
     }
@@ -404,15 +426,16 @@ impl MemoryBackend {
     fn settle_policies(
         &self,
         keys: &KeyScheme,
-        client: &str,
+        clients: Clients<'_>,
         policies: &[Policy],
         settlement: Settlement,
         now_us: u64,
     ) -> u64 {
-        let (client, mut shard) = self.shard_of(client);
+        let mut locked = Locked::new(&self.shards, &self.ids, clients, policies.len());
         let mut changed = 0;
-        for policy in policies {
-            let id = KeyIds::of(keys, policy, client);
+        for (i, policy) in policies.iter().enumerate() {
+            let id = KeyIds::of(keys, policy, locked.client(i));
+            let shard = locked.shard(i);
             match settlement {
                 Settlement::GiveBack { cost, at_us } => {
                     let entry = shard.entries.get_mut(id);

@@ -6,7 +6,7 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
-use crate::{Error, ErrorKind, KeyScheme, Policy};
+use crate::{Error, ErrorKind, KeyScheme, Policy, backend::query::Clients};
 
 /// Overrides by key (as the Redis backend names them), each with its policy and expiry.
 #[derive(Debug)]
@@ -62,17 +62,18 @@ impl Overrides {
         client: &str,
         now_us: u64,
     ) -> Option<Policy> {
+        let client = Clients { client, each: None };
         self.resolve(keys, std::slice::from_ref(policy), client, now_us)?
             .pop()
     }
 
-    /// The policies `client` is checked by at `now_us`: `None` when no policy takes overrides
-    /// or none is overridden for it.
+    /// The policies `clients` are checked by at `now_us`: `None` when no policy takes overrides
+    /// or none is overridden for its client.
     pub(crate) fn resolve(
         &self,
         keys: &KeyScheme,
         policies: &[Policy],
-        client: &str,
+        clients: Clients<'_>,
         now_us: u64,
     ) -> Option<Vec<Policy>> {
         if !policies.iter().any(Policy::takes_overrides) {
@@ -82,10 +83,11 @@ impl Overrides {
         let mut found = false;
         let resolved = policies
             .iter()
-            .map(|policy| {
+            .enumerate()
+            .map(|(i, policy)| {
                 let overridden = policy
                     .takes_overrides()
-                    .then(|| map.get(&keys.override_key(policy, client)))
+                    .then(|| map.get(&keys.override_key(policy, clients.of(i))))
                     .flatten()
                     .filter(|(_, expires_at_us)| *expires_at_us > now_us);
                 found |= overridden.is_some();

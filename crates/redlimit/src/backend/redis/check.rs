@@ -10,7 +10,7 @@ use crate::{
     Decisions, Error, ErrorKind, KeyScheme, Reason, Timestamp,
     backend::{
         answer::decision,
-        query::{Change, Query, Settlement, Started, stamp},
+        query::{Change, Clients, Query, Settlement, Started, stamp},
     },
     check_request::Options,
     decisions::Reservation,
@@ -21,11 +21,17 @@ impl RedisBackend {
     /// Begins `query`: sent when the returned future is first polled.
     pub(crate) fn start(&self, query: Query<'_>) -> Started {
         let (keys, client, options) = (query.keys, query.client, query.options);
+        let clients = query.clients();
+        let slot = match self.slot_of(keys, clients, query.set.len()) {
+            Ok(slot) => slot,
+            Err(error) => return Started::Ready(Err(error)),
+        };
         // Encoded here, so the future owns only what the reply needs.
         let request = Request {
             cost: options.cost,
             once: options.once,
             reserve: options.reserve,
+            each: options.keys,
             ..Request::new(query.set, client)
         };
         let now_us = options.at.map(Timestamp::as_micros);
@@ -34,18 +40,23 @@ impl RedisBackend {
             call: protocol::encode(keys, now_us, &[request]),
             lean: request.lean(),
             reply_len: request.reply_len(),
-            slot: self.slot_of(keys, client),
+            slot,
             deadline: tokio::time::Instant::now() + budget,
         };
         let (redis, set) = (self.clone(), query.set.clone());
-        // Only a reservation keeps its client and request id, for the settle.
-        let (client, once) = if options.reserve {
-            (client.to_owned(), options.once.map(|(id, _)| id.to_owned()))
+        // Only a reservation keeps its clients and request id, for the settle.
+        let (client, each, once) = if options.reserve {
+            let each = options
+                .keys
+                .map(|keys| keys.iter().map(|&key| key.to_owned()).collect::<Vec<_>>());
+            let once = options.once.map(|(id, _)| id.to_owned());
+            (client.to_owned(), each, once)
         } else {
-            (String::new(), None)
+            (String::new(), None, None)
         };
         let options = Options {
             once: None,
+            keys: None,
             ..*options
         };
         Started::Waiting(Box::pin(async move {
@@ -76,22 +87,41 @@ impl RedisBackend {
                 })
                 .collect();
             let decisions = Decisions::new(decisions);
+            let each: Option<Vec<&str>> = each
+                .as_ref()
+                .map(|each| each.iter().map(String::as_str).collect());
             let options = Options {
                 once: once.as_deref().map(|id| (id, 0)),
+                keys: each.as_deref(),
                 ..options
             };
             Ok(stamp(decisions, &options, &set, &client, reply.taken_at_us))
         }))
     }
 
-    /// The Cluster slot of `client`'s keys, which batches are made of; 0 off a Cluster.
-    fn slot_of(&self, keys: &KeyScheme, client: &str) -> u16 {
+    /// The Cluster slot of the check's keys, which batches are made of; 0 off a Cluster. Keys
+    /// of one check in different slots cannot go in one call: an error saying so.
+    fn slot_of(
+        &self,
+        keys: &KeyScheme,
+        clients: Clients<'_>,
+        policies: usize,
+    ) -> Result<u16, Error> {
         #[cfg(feature = "cluster")]
         if self.is_cluster() {
-            return keys.slot(client);
+            let slot = keys.slot(clients.first());
+            if (1..policies).any(|i| keys.slot(clients.of(i)) != slot) {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    "on a Redis Cluster, the keys of one check must share a slot: write them with \
+                     one tenant tag ({tenant}ip:10.0.0.1, {tenant}key:k7) under \
+                     KeyScheme::tenant_tags",
+                ));
+            }
+            return Ok(slot);
         }
-        let _ = (keys, client);
-        0
+        let _ = (keys, clients, policies);
+        Ok(0)
     }
 
     /// Settles what `reserved` took by `change`, at `now` (else Redis's time); how many
@@ -106,9 +136,14 @@ impl RedisBackend {
         let (set, client) = (&reserved.set, &*reserved.client);
         // With its request id (and as the reservation it was, which names the id's key), so
         // that a retry of the request is answered what is left after the settle.
+        let each: Option<Vec<&str>> = reserved
+            .each
+            .as_ref()
+            .map(|each| each.iter().map(|key| &**key).collect());
         let request = Request {
             once: reserved.once.as_deref().map(|id| (id, 0)),
             reserve: true,
+            each: each.as_deref(),
             ..Request::new(set, client)
         };
         let request = match Settlement::of(reserved, change, MAX_EXACT) {

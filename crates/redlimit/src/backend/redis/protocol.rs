@@ -48,6 +48,8 @@ pub(crate) struct Request<'a> {
     /// Whether the policies' overrides and bans are read: not for an inspection of a key a
     /// scan found, which has no client to read them for.
     pub(crate) marks: bool,
+    /// One client key per policy, instead of `client` for all.
+    pub(crate) each: Option<&'a [&'a str]>,
 }
 
 impl<'a> Request<'a> {
@@ -61,7 +63,15 @@ impl<'a> Request<'a> {
             reserve: false,
             taken_at_us: None,
             marks: true,
+            each: None,
         }
+    }
+
+    /// The client key of its `i`th policy.
+    fn client_of(&self, i: usize) -> &'a str {
+        self.each
+            .and_then(|each| each.get(i).copied())
+            .unwrap_or(self.client)
     }
 
     /// The algorithm whose lean script of one policy can run it alone: one policy that reads
@@ -153,7 +163,13 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
         if let Some((id, window_ms)) = request.once {
             flags |= ONCE;
             extra.push(Arg::Int(window_ms));
-            keys.push(scheme.once(request.policies, request.client, id, request.reserve));
+            keys.push(scheme.once(
+                request.policies,
+                request.client_of(0),
+                request.each,
+                id,
+                request.reserve,
+            ));
         }
         if request.reserve {
             flags |= RESERVE;
@@ -163,7 +179,8 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             extra.push(Arg::Int(at_us));
         }
         let mut set = vec![Arg::Int(request.policies.len() as u64)];
-        for policy in request.policies {
+        for (i, policy) in request.policies.iter().enumerate() {
+            let client = request.client_of(i);
             let marks = request.marks_of(policy);
             let delay = if policy.max_delay_ms() > 0 { DELAY } else { 0 };
             set.extend([
@@ -173,14 +190,14 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
                 Arg::Int(policy.burst()),
                 Arg::Int(marks | delay),
             ]);
-            keys.push(scheme.key(policy, request.client));
+            keys.push(scheme.key(policy, client));
             if marks & OVERRIDES != 0 {
-                keys.push(scheme.override_key(policy, request.client));
+                keys.push(scheme.override_key(policy, client));
             }
             if let Some(ban) = policy.ban().filter(|_| marks & BAN != 0) {
                 set.extend(ban.millis().unwrap_or_default().map(Arg::Int));
-                keys.push(scheme.strikes_key(policy, request.client));
-                keys.push(scheme.ban_key(policy, request.client));
+                keys.push(scheme.strikes_key(policy, client));
+                keys.push(scheme.ban_key(policy, client));
             }
             if delay != 0 {
                 set.push(Arg::Int(policy.max_delay_ms()));
