@@ -84,6 +84,51 @@ impl RateLimitLayer {
         self
     }
 
+    /// Keys the guard's policy named `policy` by `key` instead of the layer's
+    /// [`key`](Self::key): per IP and per API key in one layer, one check, all or nothing
+    /// (see [`CheckRequest::keys`](redlimit::CheckRequest::keys)), one time budget and one
+    /// request id; the response's headers list every policy. A request without this key
+    /// follows [`missing_key`](Self::missing_key). Defaults to the layer's key for every policy.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy, PolicySet};
+    /// use tower_redlimit::{ClientIp, HeaderKey, RateLimitLayer};
+    ///
+    /// let per_minute = |name, limit| {
+    ///     Policy::builder(name, Algorithm::SlidingWindowCounter)
+    ///         .limit(limit)
+    ///         .window(Duration::from_secs(60))
+    ///         .build()
+    /// };
+    /// let both = PolicySet::new([per_minute("per-ip", 100)?, per_minute("per-key", 1_000)?])?;
+    /// let guard = GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), both).build();
+    /// let layer = RateLimitLayer::new(guard)
+    ///     .key(ClientIp::peer()) // per-ip, and any policy not named below
+    ///     .key_for("per-key", HeaderKey::new("x-api-key")?)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownValue`](redlimit::ConfigError::UnknownValue) naming `policy` when
+    /// the guard has no policy of that name.
+    pub fn key_for(
+        mut self,
+        policy: &str,
+        key: impl KeyExtractor,
+    ) -> Result<Self, redlimit::ConfigError> {
+        if !self.guard.0.policies().iter().any(|p| p.name() == policy) {
+            return Err(redlimit::ConfigError::UnknownValue {
+                field: "key_for policy",
+                value: policy.to_owned(),
+            });
+        }
+        let keys = &mut self.settings().keys_for;
+        keys.retain(|(name, _)| name != policy);
+        keys.push((policy.to_owned(), Arc::new(key)));
+        Ok(self)
+    }
+
     /// How much a request costs. Defaults to 1 for every request; 0 lets a request through
     /// without consuming.
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {

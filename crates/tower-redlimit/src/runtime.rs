@@ -60,6 +60,8 @@ pub(crate) struct Settings {
     pub(crate) settle: Option<Arc<SettleFn>>,
     /// Delay mode: the requests waiting for their slot, bounded; one room for the whole layer.
     pub(crate) waiters: Arc<Waiters>,
+    /// Policies keyed by an extractor of their own, by name; the others by `key`.
+    pub(crate) keys_for: Vec<(String, Arc<dyn KeyExtractor>)>,
 }
 
 /// One tier of a layer: its guard, and what responses say of its policies.
@@ -70,6 +72,21 @@ pub(crate) struct Tier {
     pub(crate) series: Arc<HttpSeries>,
     /// The `RateLimit-Policy` value, the same on every response of this tier.
     policy_header: HeaderValue,
+    /// Per policy of this tier's guard, its own key extractor; empty when every policy is keyed
+    /// by the layer's key.
+    keyed: Vec<Option<Arc<dyn KeyExtractor>>>,
+}
+
+/// Each policy's key of a request, or what becomes of a request without one of them.
+enum PolicyKeys<'a> {
+    /// Every policy is keyed by the layer's key.
+    Layer,
+    /// One key per policy.
+    Each(Vec<Cow<'a, str>>),
+    /// A policy's key is missing, and the missing-key rule lets the request through.
+    Pass,
+    /// A policy's key is missing, and this is the answer.
+    Answer(Response<Bytes>),
 }
 
 /// A guard and its HTTP series, registered when the layer was given it.
@@ -140,6 +157,7 @@ impl Settings {
     pub(crate) fn new(key: Arc<dyn KeyExtractor>, guard: &GuardedLimiter) -> Self {
         Self {
             waiters: Arc::new(Waiters::new(DEFAULT_MAX_WAITING, guard)),
+            keys_for: Vec::new(),
             concurrency: None,
             missing_key_text: missing_key_text(key.as_ref()),
             key,
@@ -207,6 +225,21 @@ impl Settings {
         refusal(request, status, &self.missing_key_text, self.problem_json)
     }
 
+    /// The answer to `request`, in which a policy's own `extractor` finds no key.
+    fn refuse(
+        &self,
+        request: &Parts,
+        extractor: &dyn KeyExtractor,
+        status: StatusCode,
+    ) -> Response<Bytes> {
+        refusal(
+            request,
+            status,
+            &missing_key_text(extractor),
+            self.problem_json,
+        )
+    }
+
     pub(crate) fn cost_of(&self, parts: &Parts) -> u64 {
         (self.cost)(parts)
     }
@@ -223,11 +256,24 @@ impl Runtime {
     ) -> Self {
         let settings = Arc::new(settings.clone());
         let tier = |(guard, series): &Guarded| {
+            let keyed = if settings.keys_for.is_empty() {
+                Vec::new()
+            } else {
+                let own = |policy: &redlimit::Policy| {
+                    let named = settings
+                        .keys_for
+                        .iter()
+                        .find(|(name, _)| name == policy.name());
+                    named.map(|(_, key)| Arc::clone(key))
+                };
+                guard.policies().iter().map(own).collect()
+            };
             Arc::new(Tier {
                 policy_header: policy_value(guard.policies(), settings.concurrency.as_ref()),
                 settings: Arc::clone(&settings),
                 series: Arc::clone(series),
                 guard: guard.clone(),
+                keyed,
             })
         };
         Self {
@@ -257,7 +303,13 @@ impl Runtime {
         match key {
             Ok(Some(key)) => {
                 let tier = self.for_request(request, &key);
-                Admit::Check(tier.admission(request, key), tier)
+                let keys = match tier.keys_of(request) {
+                    PolicyKeys::Layer => None,
+                    PolicyKeys::Each(keys) => Some(keys),
+                    PolicyKeys::Pass => return Admit::Pass,
+                    PolicyKeys::Answer(response) => return Admit::Answer(response),
+                };
+                Admit::Check(tier.admission(request, key, keys.as_deref()), tier)
             }
             Ok(None) => Admit::Pass,
             Err(status) => Admit::Answer(settings.missing_key_response(request, status)),
@@ -282,11 +334,56 @@ impl Tier {
         self.settings.waiters.enter()
     }
 
-    /// The check of `request` by `key`: counted once per request id when the layer reads one
-    /// and the request carries it, and a reservation when responses settle what counts or a
-    /// concurrency limit may refuse it (see [`admission`](Self::admission)).
-    fn check(&self, request: &Parts, key: &str) -> Check {
+    /// The key of each policy of `request` when some have extractors of their own (`None`:
+    /// every policy is keyed by the layer's key), or, for a request without one of them, the
+    /// missing-key rule's answer (`None`: let it through unlimited).
+    fn keys_of<'a>(&'a self, request: &'a Parts) -> PolicyKeys<'a> {
+        if self.keyed.is_empty() {
+            return PolicyKeys::Layer;
+        }
+        let settings = &self.settings;
+        let mut keys = Vec::with_capacity(self.keyed.len());
+        for extractor in &self.keyed {
+            let extractor = extractor.as_ref().unwrap_or(&settings.key);
+            let key = match (extractor.extract(request), &settings.missing_key) {
+                (Some(key), _) => key,
+                (None, MissingKey::Shared(shared)) => Cow::Borrowed(shared.as_str()),
+                (None, MissingKey::Allow) => return PolicyKeys::Pass,
+                (None, MissingKey::Reject(status)) => {
+                    return PolicyKeys::Answer(settings.refuse(
+                        request,
+                        extractor.as_ref(),
+                        *status,
+                    ));
+                }
+                (None, MissingKey::Refuse) => {
+                    let status = if extractor.missing_by_client(request) {
+                        StatusCode::BAD_REQUEST
+                    } else {
+                        StatusCode::INTERNAL_SERVER_ERROR
+                    };
+                    return PolicyKeys::Answer(settings.refuse(
+                        request,
+                        extractor.as_ref(),
+                        status,
+                    ));
+                }
+            };
+            keys.push(key);
+        }
+        PolicyKeys::Each(keys)
+    }
+
+    /// The check of `request` by `key` (and per policy by `keys`, when some have their own):
+    /// counted once per request id when the layer reads one and the request carries it, and a
+    /// reservation when responses settle what counts or a concurrency limit may refuse it (see
+    /// [`admission`](Self::admission)).
+    fn check(&self, request: &Parts, key: &str, keys: Option<&[Cow<'_, str>]>) -> Check {
+        let keys: Option<Vec<&str>> = keys.map(|keys| keys.iter().map(AsRef::as_ref).collect());
         let mut check = self.guard.check(key).cost(self.settings.cost_of(request));
+        if let Some(keys) = &keys {
+            check = check.keys(keys);
+        }
         let id = self
             .settings
             .idempotency
@@ -308,8 +405,13 @@ impl Tier {
 
     /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit. A
     /// refused lease gives back what the rate check took: a denied request consumes nothing.
-    fn admission(&self, request: &Parts, key: Cow<'_, str>) -> Admission {
-        let check = self.check(request, &key);
+    fn admission(
+        &self,
+        request: &Parts,
+        key: Cow<'_, str>,
+        keys: Option<&[Cow<'_, str>]>,
+    ) -> Admission {
+        let check = self.check(request, &key, keys);
         let Some(policy) = self.settings.concurrency.clone() else {
             return Admission::Check(check);
         };

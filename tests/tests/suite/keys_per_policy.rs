@@ -248,3 +248,99 @@ async fn a_guard_checks_keys_per_policy_and_its_local_fallback_too() {
     assert!(!denied.allowed(), "the local key limit");
     assert!(local.check("").keys(&["ip:5", "key:k6"]).await.allowed());
 }
+
+/// One layer, per IP (5 a minute) and per API key (3 a minute), on one Redis: one script call
+/// per request; a key's 4th request is denied and spends none of the IP's quota; both policies
+/// in `RateLimit-Policy` and `RateLimit`; one `Idempotency-Key` sent 5 times consumes one of each.
+#[tokio::test]
+async fn one_layer_limits_per_ip_and_per_api_key_in_one_check() {
+    use axum::{
+        Router,
+        body::Body,
+        http::{HeaderName, Request},
+        routing::get,
+    };
+    use tower::ServiceExt;
+    use tower_redlimit::{HeaderKey, RateLimitLayer};
+
+    let server = RedisServer::start();
+    // Windows aligned to the clock: the waits are exact.
+    let guard = GuardedLimiter::builder(server.limiter(), ip_and_key())
+        .budget(Duration::from_secs(5))
+        .clock(redlimit_tests::TestClock::at_millis(T0).clock())
+        .build();
+    let layer = RateLimitLayer::new(guard)
+        .key(HeaderKey::new("x-ip").expect("valid"))
+        .key_for("per-key", HeaderKey::new("x-api-key").expect("valid"))
+        .expect("a policy of the set")
+        .idempotency_key(HeaderName::from_static("idempotency-key"));
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let send = async |key: &str, id: Option<&str>| {
+        let mut request = Request::get("/")
+            .header("x-ip", "10.0.0.1")
+            .header("x-api-key", key);
+        if let Some(id) = id {
+            request = request.header("idempotency-key", id);
+        }
+        let request = request.body(Body::empty()).expect("a request");
+        app.clone().oneshot(request).await.expect("infallible")
+    };
+    // The script loaded first: what follows is at steady state.
+    assert_eq!(send("warm", None).await.status(), 200);
+    let mut stats = server.connection();
+    let before = script_calls(&mut stats).commands;
+    for _ in 0..2 {
+        assert_eq!(send("k1", None).await.status(), 200);
+    }
+    let third = send("k1", None).await;
+    assert_eq!(third.status(), 200);
+    assert_eq!(
+        third.headers()["ratelimit-policy"],
+        "\"per-ip\";q=5;w=60, \"per-key\";q=3;w=60"
+    );
+    assert_eq!(
+        third.headers()["ratelimit"],
+        "\"per-ip\";r=1;t=60, \"per-key\";r=0;t=60"
+    );
+    let fourth = send("k1", None).await;
+    assert_eq!(fourth.status(), 429, "the key's 4th");
+    assert!(
+        fourth.headers()["ratelimit"]
+            .to_str()
+            .expect("text")
+            .starts_with("\"per-ip\";r=1;"),
+        "the denial spent none of the IP's quota"
+    );
+    assert_eq!(
+        script_calls(&mut stats).commands - before,
+        4,
+        "one call per request"
+    );
+    for _ in 0..5 {
+        let retried = send("k2", Some("order-7")).await;
+        assert_eq!(retried.status(), 200);
+        assert_eq!(
+            retried.headers()["ratelimit"],
+            "\"per-ip\";r=0;t=60, \"per-key\";r=2;t=60",
+            "one of each, however often it is sent"
+        );
+    }
+    let missing = app
+        .clone()
+        .oneshot(
+            Request::get("/")
+                .header("x-ip", "10.0.0.1")
+                .body(Body::empty())
+                .expect("a request"),
+        )
+        .await
+        .expect("infallible");
+    assert_eq!(missing.status(), 400, "no API key");
+    let refused =
+        RateLimitLayer::new(GuardedLimiter::builder(server.limiter(), ip_and_key()).build())
+            .key_for("per-tenant", HeaderKey::new("x-tenant").expect("valid"));
+    let error = refused.expect_err("no such policy");
+    assert!(error.to_string().contains("per-tenant"), "{error}");
+}
