@@ -117,6 +117,11 @@ pub struct AlsoLimit {
     pub window: Duration,
     /// For token bucket and GCRA: how many a fresh client may make at once.
     pub burst: Option<u64>,
+    /// This limit's own key (`ip`, `header:NAME` or `global`), checked in the same check as
+    /// the route's (per IP and per API key: a key's denied request spends none of its IP's
+    /// quota). Defaults to the route's key.
+    #[serde(default, deserialize_with = "optional_parsed")]
+    pub key: Option<KeyKind>,
 }
 
 /// One `[[tier]]` table: the API keys on a plan.
@@ -452,6 +457,15 @@ where
 {
     let text = String::deserialize(deserializer)?;
     text.parse().map_err(D::Error::custom)
+}
+
+fn optional_parsed<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    parsed(deserializer).map(Some)
 }
 
 fn algorithm<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Algorithm, D::Error> {

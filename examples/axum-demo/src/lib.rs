@@ -7,6 +7,8 @@ pub mod config;
 mod metrics;
 mod reload;
 
+use std::sync::Arc;
+
 use axum::{
     Extension, Router,
     http::{HeaderMap, StatusCode, Uri},
@@ -15,7 +17,9 @@ use axum::{
 use redlimit::{
     Decision, GuardedLimiter, KeyScheme, Limiter, MemoryBackend, PolicySet, RedisBackend,
 };
-use tower_redlimit::{AccessList, ClientIp, Global, HeaderKey, MissingKey, RateLimitLayer};
+use tower_redlimit::{
+    AccessList, ClientIp, Global, HeaderKey, KeyExtractor, MissingKey, RateLimitLayer,
+};
 
 use self::config::{Count, Handler, KeyKind, RedisUrl, Route, SERVED_METHODS, Store};
 pub use self::{
@@ -151,17 +155,28 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
             }
             layer = layer.tiers(tiers, tier_chooser(config, names)?);
         }
-        let layer = match &route.key {
-            KeyKind::Ip => layer.key(client_ip.clone()),
-            KeyKind::Global => layer.key(Global),
-            KeyKind::Header(name) => {
-                let layer = layer.key(HeaderKey::new(name).map_err(|e| at(&format!("key: {e}")))?);
-                match &route.anonymous {
-                    Some(shared) => layer.missing_key(MissingKey::Shared(shared.clone())),
-                    None => layer,
+        let extractor = |key: &KeyKind, field: &str| -> Result<Arc<dyn KeyExtractor>, _> {
+            Ok(match key {
+                KeyKind::Ip => Arc::new(client_ip.clone()),
+                KeyKind::Global => Arc::new(Global),
+                KeyKind::Header(name) => {
+                    Arc::new(HeaderKey::new(name).map_err(|e| at(&format!("{field}: {e}")))?)
                 }
-            }
+            })
         };
+        let mut layer = layer.key(extractor(&route.key, "key")?);
+        if let (KeyKind::Header(_), Some(shared)) = (&route.key, &route.anonymous) {
+            layer = layer.missing_key(MissingKey::Shared(shared.clone()));
+        }
+        for also in &route.also {
+            if let Some(key) = &also.key {
+                let field = format!("also {}: key", also.name);
+                let own = extractor(key, &field)?;
+                layer = layer
+                    .key_for(&also.name, own)
+                    .map_err(|e| at(&format!("{field}: {e}")))?;
+            }
+        }
         router = router.route(&route.path, methods(route, &layer));
     }
     Ok(router)

@@ -200,3 +200,36 @@ async fn a_missing_key_header_is_refused_unless_the_route_shares_an_anonymous_bu
     let error = Config::parse(misplaced).expect_err("only for a header key");
     assert!(error.to_string().contains("anonymous"), "{error}");
 }
+
+/// A route per IP with an `also` limit per API key (`key` in `[[route.also]]`): one check, so a
+/// key's denied request spends none of its IP's quota, and both limits in the headers.
+#[tokio::test]
+async fn an_also_limit_with_a_key_of_its_own_is_checked_with_the_routes() {
+    let text = "[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1h\"\n\
+                key = \"header:x-ip\"\n[[route.also]]\nname = \"per-key\"\nalgorithm = \"fixed_window\"\n\
+                limit = 3\nwindow = \"1h\"\nkey = \"header:x-api-key\"\n";
+    let router = app(&Config::parse(text).expect("valid")).expect("a router");
+    let send = async |key: &str| {
+        let request = Request::get("/api")
+            .header("x-ip", "10.0.0.1")
+            .header("x-api-key", key)
+            .body(Body::empty())
+            .expect("request");
+        router.clone().oneshot(request).await.expect("infallible")
+    };
+    for _ in 0..3 {
+        assert_eq!(send("k1").await.status(), 200);
+    }
+    let denied = send("k1").await;
+    assert_eq!(denied.status(), 429);
+    let state = denied.headers()["ratelimit"].to_str().expect("text").to_owned();
+    assert!(state.contains(";r=2;") && state.contains("\"per-key\";r=0;"), "{state}");
+    let other = send("k2").await;
+    assert_eq!(other.status(), 200, "another key of the IP");
+    let state = other.headers()["ratelimit"].to_str().expect("text").to_owned();
+    assert!(state.contains(";r=1;") && state.contains("\"per-key\";r=2;"), "{state}");
+
+    let unknown = text.replace("key = \"header:x-api-key\"", "key = \"cookie\"");
+    let error = Config::parse(&unknown).expect_err("not a key");
+    assert!(error.to_string().contains("key"), "{error}");
+}

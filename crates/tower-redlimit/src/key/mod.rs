@@ -60,6 +60,21 @@ where
     }
 }
 
+/// A shared extractor, such as one chosen at run time from a configuration file.
+impl<K: KeyExtractor + ?Sized> KeyExtractor for std::sync::Arc<K> {
+    fn extract<'a>(&self, request: &'a Parts) -> Option<Cow<'a, str>> {
+        (**self).extract(request)
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+
+    fn missing_by_client(&self, request: &Parts) -> bool {
+        (**self).missing_by_client(request)
+    }
+}
+
 /// One key for every request: a global limit.
 ///
 /// ```
