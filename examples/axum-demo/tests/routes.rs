@@ -222,12 +222,24 @@ async fn an_also_limit_with_a_key_of_its_own_is_checked_with_the_routes() {
     }
     let denied = send("k1").await;
     assert_eq!(denied.status(), 429);
-    let state = denied.headers()["ratelimit"].to_str().expect("text").to_owned();
-    assert!(state.contains(";r=2;") && state.contains("\"per-key\";r=0;"), "{state}");
+    let state = denied.headers()["ratelimit"]
+        .to_str()
+        .expect("text")
+        .to_owned();
+    assert!(
+        state.contains(";r=2;") && state.contains("\"per-key\";r=0;"),
+        "{state}"
+    );
     let other = send("k2").await;
     assert_eq!(other.status(), 200, "another key of the IP");
-    let state = other.headers()["ratelimit"].to_str().expect("text").to_owned();
-    assert!(state.contains(";r=1;") && state.contains("\"per-key\";r=2;"), "{state}");
+    let state = other.headers()["ratelimit"]
+        .to_str()
+        .expect("text")
+        .to_owned();
+    assert!(
+        state.contains(";r=1;") && state.contains("\"per-key\";r=2;"),
+        "{state}"
+    );
 
     let unknown = text.replace("key = \"header:x-api-key\"", "key = \"cookie\"");
     let error = Config::parse(&unknown).expect_err("not a key");
