@@ -73,6 +73,19 @@ impl Default for Options<'_> {
     }
 }
 
+/// A check's per-policy keys, owned: for a future or a reservation that outlives the check.
+pub(crate) type OwnedKeys = Box<[Box<str>]>;
+
+/// Owned copies of a check's per-policy `keys`.
+pub(crate) fn owned_keys(keys: Option<&[&str]>) -> Option<OwnedKeys> {
+    keys.map(|keys| keys.iter().map(|&key| key.into()).collect())
+}
+
+/// Owned per-policy keys as a check takes them (borrow the result with `as_deref`).
+pub(crate) fn borrowed_keys(keys: Option<&OwnedKeys>) -> Option<Vec<&str>> {
+    keys.map(|keys| keys.iter().map(|key| &**key).collect())
+}
+
 /// The longest a request id's first answer is remembered.
 const MAX_ONCE_WINDOW: Duration = Duration::from_secs(86_400);
 

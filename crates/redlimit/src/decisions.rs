@@ -52,7 +52,7 @@ pub(crate) struct Reservation {
     /// The request id it was checked with: a settle moves what a retry of it is answered too.
     pub(crate) once: Option<Box<str>>,
     /// Its policies' own client keys, when they were not all `client`'s.
-    pub(crate) each: Option<Box<[Box<str>]>>,
+    pub(crate) each: Option<crate::check_request::OwnedKeys>,
 }
 
 impl Decisions {

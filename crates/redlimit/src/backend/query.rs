@@ -5,7 +5,9 @@
 use std::{future::Future, pin::Pin};
 
 use crate::{
-    Decisions, Error, KeyScheme, Policy, PolicySet, check_request::Options, decisions::Reservation,
+    Decisions, Error, KeyScheme, Policy, PolicySet,
+    check_request::{Options, owned_keys},
+    decisions::Reservation,
 };
 
 /// One check as a backend receives it.
@@ -77,9 +79,7 @@ pub(crate) fn stamp(
                 cost: options.cost,
                 at_us,
                 once: options.once.map(|(id, _)| id.into()),
-                each: options
-                    .keys
-                    .map(|keys| keys.iter().map(|&key| key.into()).collect()),
+                each: owned_keys(options.keys),
             }),
         _ => decisions,
     }

@@ -18,7 +18,7 @@ use crate::{
     ErrorKind, FailurePolicy, Lease, Limiter, PolicySet, Reason, SettleFuture, SettleRequest,
     Stats, Timestamp,
     backend::{Backend, Heard, Started},
-    check_request::Options,
+    check_request::{Options, borrowed_keys, owned_keys},
     client_id,
 };
 
@@ -366,9 +366,7 @@ impl GuardedLimiter {
                 let client = client.to_owned();
                 let inside = span.clone();
                 // Owned for the failure policy's local check, which needs them too.
-                let keys: Option<Vec<String>> = options
-                    .keys
-                    .map(|keys| keys.iter().map(|&key| key.to_owned()).collect());
+                let keys = owned_keys(options.keys);
                 let options = Options {
                     once: None,
                     keys: None,
@@ -380,9 +378,7 @@ impl GuardedLimiter {
                         // The backend times the check by the guard's budget: one timer.
                         let answer = answer.await;
                         this.inner.metrics.round_trip(sent.elapsed());
-                        let keys: Option<Vec<&str>> = keys
-                            .as_ref()
-                            .map(|keys| keys.iter().map(String::as_str).collect());
+                        let keys = borrowed_keys(keys.as_ref());
                         let options = Options {
                             keys: keys.as_deref(),
                             ..options

@@ -22,7 +22,10 @@ use super::{
     answer::{Answer, Inspected, decision},
     query::{Change, Clients, Query, Settlement, Started, stamp},
 };
-use crate::{Decisions, Error, Reason, Timestamp, decisions::Reservation, policy::MAX_EXACT};
+use crate::{
+    Decisions, Error, Reason, Timestamp, check_request::borrowed_keys, decisions::Reservation,
+    policy::MAX_EXACT,
+};
 
 const SHARDS: usize = 16;
 
@@ -395,10 +398,7 @@ impl MemoryBackend {
         now: Option<Timestamp>,
     ) -> Result<u64, Error> {
         let (set, client) = (&reserved.set, &*reserved.client);
-        let each: Option<Vec<&str>> = reserved
-            .each
-            .as_ref()
-            .map(|each| each.iter().map(|key| &**key).collect());
+        let each = borrowed_keys(reserved.each.as_ref());
         let clients = Clients {
             client,
             each: each.as_deref(),

@@ -12,7 +12,7 @@ use crate::{
         answer::decision,
         query::{Change, Clients, Query, Settlement, Started, stamp},
     },
-    check_request::Options,
+    check_request::{Options, borrowed_keys, owned_keys},
     decisions::Reservation,
     policy::MAX_EXACT,
 };
@@ -46,9 +46,7 @@ impl RedisBackend {
         let (redis, set) = (self.clone(), query.set.clone());
         // Only a reservation keeps its clients and request id, for the settle.
         let (client, each, once) = if options.reserve {
-            let each = options
-                .keys
-                .map(|keys| keys.iter().map(|&key| key.to_owned()).collect::<Vec<_>>());
+            let each = owned_keys(options.keys);
             let once = options.once.map(|(id, _)| id.to_owned());
             (client.to_owned(), each, once)
         } else {
@@ -87,9 +85,7 @@ impl RedisBackend {
                 })
                 .collect();
             let decisions = Decisions::new(decisions);
-            let each: Option<Vec<&str>> = each
-                .as_ref()
-                .map(|each| each.iter().map(String::as_str).collect());
+            let each = borrowed_keys(each.as_ref());
             let options = Options {
                 once: once.as_deref().map(|id| (id, 0)),
                 keys: each.as_deref(),
@@ -136,10 +132,7 @@ impl RedisBackend {
         let (set, client) = (&reserved.set, &*reserved.client);
         // With its request id (and as the reservation it was, which names the id's key), so
         // that a retry of the request is answered what is left after the settle.
-        let each: Option<Vec<&str>> = reserved
-            .each
-            .as_ref()
-            .map(|each| each.iter().map(|key| &**key).collect());
+        let each = borrowed_keys(reserved.each.as_ref());
         let request = Request {
             once: reserved.once.as_deref().map(|id| (id, 0)),
             reserve: true,
