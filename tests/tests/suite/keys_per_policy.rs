@@ -249,6 +249,27 @@ async fn a_guard_checks_keys_per_policy_and_its_local_fallback_too() {
     assert!(local.check("").keys(&["ip:5", "key:k6"]).await.allowed());
 }
 
+/// A `RateLimit` or `RateLimit-Policy` field read by an RFC 9651 parser: each list member's
+/// string and its integer parameters, in order.
+fn structured(field: &axum::http::HeaderValue) -> Vec<(String, Vec<(String, i64)>)> {
+    let list: sfv::List = sfv::Parser::new(field.as_bytes())
+        .parse()
+        .unwrap_or_else(|error| panic!("{field:?} is not an RFC 9651 list: {error}"));
+    list.into_iter()
+        .map(|member| {
+            let sfv::ListEntry::Item(item) = member else {
+                panic!("an inner list in {field:?}")
+            };
+            let name = item.bare_item.as_string().expect("a string item").as_str();
+            let params = item.params.iter().map(|(key, value)| {
+                let value = value.as_integer().expect("an integer parameter");
+                (key.as_str().to_owned(), i64::from(value))
+            });
+            (name.to_owned(), params.collect())
+        })
+        .collect()
+}
+
 /// One layer, per IP (5 a minute) and per API key (3 a minute), on one Redis: one script call
 /// per request; a key's 4th request is denied and spends none of the IP's quota; both policies
 /// in `RateLimit-Policy` and `RateLimit`; one `Idempotency-Key` sent 5 times consumes one of each.
@@ -297,12 +318,18 @@ async fn one_layer_limits_per_ip_and_per_api_key_in_one_check() {
     let third = send("k1", None).await;
     assert_eq!(third.status(), 200);
     assert_eq!(
-        third.headers()["ratelimit-policy"],
-        "\"per-ip\";q=5;w=60, \"per-key\";q=3;w=60"
+        structured(&third.headers()["ratelimit-policy"]),
+        [
+            ("per-ip".into(), vec![("q".into(), 5), ("w".into(), 60)]),
+            ("per-key".into(), vec![("q".into(), 3), ("w".into(), 60)]),
+        ]
     );
     assert_eq!(
-        third.headers()["ratelimit"],
-        "\"per-ip\";r=1;t=60, \"per-key\";r=0;t=60"
+        structured(&third.headers()["ratelimit"]),
+        [
+            ("per-ip".into(), vec![("r".into(), 1), ("t".into(), 60)]),
+            ("per-key".into(), vec![("r".into(), 0), ("t".into(), 60)]),
+        ]
     );
     let fourth = send("k1", None).await;
     assert_eq!(fourth.status(), 429, "the key's 4th");
@@ -343,4 +370,60 @@ async fn one_layer_limits_per_ip_and_per_api_key_in_one_check() {
             .key_for("per-tenant", HeaderKey::new("x-tenant").expect("valid"));
     let error = refused.expect_err("no such policy");
     assert!(error.to_string().contains("per-tenant"), "{error}");
+}
+
+/// With Redis paused, one layer of two keys answers within one time budget, not one per key
+/// (two stacked layers took two).
+#[tokio::test]
+async fn a_paused_redis_costs_a_layer_of_two_keys_one_budget() {
+    use axum::{Router, body::Body, http::Request, routing::get};
+    use tower::ServiceExt;
+    use tower_redlimit::{HeaderKey, RateLimitLayer};
+
+    // Long enough that a busy machine's scheduling stays well inside one more budget.
+    const BUDGET: Duration = Duration::from_secs(3);
+    let server = RedisServer::start();
+    let guard = GuardedLimiter::builder(server.limiter(), ip_and_key())
+        .budget(BUDGET)
+        .build();
+    let layer = RateLimitLayer::new(guard)
+        .key(HeaderKey::new("x-ip").expect("valid"))
+        .key_for("per-key", HeaderKey::new("x-api-key").expect("valid"))
+        .expect("a policy of the set");
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let send = || {
+        let request = Request::get("/")
+            .header("x-ip", "10.0.0.1")
+            .header("x-api-key", "k1")
+            .body(Body::empty())
+            .expect("a request");
+        app.clone().oneshot(request)
+    };
+    // Connected and the script loaded: what follows waits only for the reply.
+    assert_eq!(send().await.expect("infallible").status(), 200);
+    let mut node = server.connection();
+    let _: () = deadpool_redis::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .query(&mut node)
+        .expect("CLIENT PAUSE");
+    let started = std::time::Instant::now();
+    let answered = send().await.expect("infallible");
+    let took = started.elapsed();
+    let _: () = deadpool_redis::redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut node)
+        .expect("CLIENT UNPAUSE");
+    println!(
+        "two keys, Redis paused: {} after {took:?} (budget {BUDGET:?})",
+        answered.status()
+    );
+    assert!(took >= BUDGET, "answered after {took:?}, before the budget");
+    assert!(
+        took < 2 * BUDGET,
+        "answered after {took:?}: one budget per key, not one per check"
+    );
 }
