@@ -140,10 +140,12 @@ impl<'a, On> CheckRequest<'a, On> {
     /// budget and a key's, in one check, all or nothing (if any policy denies, none consumes),
     /// with one request id, one reservation and, on one Redis server, one script call. The
     /// check fails with [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) unless
-    /// there is one key per policy, and on a Redis Cluster unless the keys share a slot (with
+    /// there is one key per policy. On a Redis Cluster, keys in one slot are one call (with
     /// [`KeyScheme::tenant_tags`](crate::KeyScheme::tenant_tags), keys written `{acme}ip:10.0.0.1`
-    /// and `{acme}key:k7` do). A guard keeps no local block for such a check. Defaults to the
-    /// check's client for every policy.
+    /// and `{acme}key:k7` are); keys in several slots are a call per slot, sent at once, and
+    /// the slots that took give back when another denies (see [the features
+    /// guide](crate::guide::features)). A guard keeps no local block for such a check.
+    /// Defaults to the check's client for every policy.
     ///
     /// ```
     /// use std::time::Duration;

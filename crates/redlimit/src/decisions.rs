@@ -53,6 +53,9 @@ pub(crate) struct Reservation {
     pub(crate) once: Option<Box<str>>,
     /// Its policies' own client keys, when they were not all `client`'s.
     pub(crate) each: Option<crate::check_request::OwnedKeys>,
+    /// Each policy's time of take (us), when its keys lived in several Cluster slots, each
+    /// taken by its own server's clock.
+    pub(crate) at_each: Option<Box<[u64]>>,
 }
 
 impl Decisions {

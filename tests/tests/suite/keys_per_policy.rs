@@ -13,19 +13,11 @@ use redlimit::{
 };
 use redlimit_tests::{RedisCluster, RedisServer, script_calls};
 
-use crate::support::{T0, at_ms, both_backends};
-
-fn fixed(name: &str, limit: u64) -> Policy {
-    Policy::builder(name, Algorithm::FixedWindow)
-        .limit(limit)
-        .window(Duration::from_secs(60))
-        .build()
-        .expect("a valid policy")
-}
+use crate::support::{T0, at_ms, both_backends, per_minute};
 
 /// Per IP 5 a minute, per API key 3.
 fn ip_and_key() -> PolicySet {
-    PolicySet::new([fixed("per-ip", 5), fixed("per-key", 3)]).expect("a valid set")
+    PolicySet::new([per_minute("per-ip", 5), per_minute("per-key", 3)]).expect("a valid set")
 }
 
 /// The remaining of each policy for `keys`, and whether it was admitted.
@@ -113,7 +105,7 @@ async fn one_request_id_covers_every_key_and_a_settle_every_key() {
 }
 
 #[tokio::test]
-async fn keys_must_match_the_policies_and_on_a_cluster_share_a_slot() {
+async fn keys_must_match_the_policies_and_may_live_in_several_cluster_slots() {
     let set = ip_and_key();
     let memory = Limiter::new(MemoryBackend::default());
     let error = memory
@@ -132,10 +124,15 @@ async fn keys_must_match_the_policies_and_on_a_cluster_share_a_slot() {
             .expect("valid urls"),
         KeyScheme::default().tenant_tags(),
     );
-    let apart = limiter.check(&set, "").keys(&["ip:1", "key:k1"]).await;
-    let error = apart.expect_err("two slots");
-    assert_eq!(error.kind(), ErrorKind::InvalidInput);
-    assert!(error.to_string().contains("tenant tag"), "{error}");
+    // In two slots: a call per slot, all or nothing across them.
+    assert_ne!(
+        cluster.primary_of(&limiter.keys().key(&set[0], "ip:1")),
+        cluster.primary_of(&limiter.keys().key(&set[1], "key:k1")),
+    );
+    let (allowed, remaining) = check(&limiter, &set, &["ip:1", "key:k1"]).await;
+    assert!(allowed);
+    assert_eq!(remaining, [4, 2]);
+    // In one slot (one tenant tag): one call.
     let (allowed, remaining) = check(&limiter, &set, &["{acme}ip:1", "{acme}key:k1"]).await;
     assert!(allowed);
     assert_eq!(remaining, [4, 2]);

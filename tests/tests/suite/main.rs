@@ -1,5 +1,6 @@
 //! Every test that needs a real redis-server. One binary, so the suite links once.
 
+mod across_slots;
 mod anchored_forms;
 mod backwards_time;
 mod bans;

@@ -28,6 +28,15 @@ pub(crate) fn set_of(policies: &[Policy]) -> PolicySet {
     PolicySet::new(policies.iter().cloned()).expect("a valid set")
 }
 
+/// A fixed window of `limit` a minute named `name`.
+pub(crate) fn per_minute(name: &str, limit: u64) -> Policy {
+    Policy::builder(name, Algorithm::FixedWindow)
+        .limit(limit)
+        .window(Duration::from_secs(60))
+        .build()
+        .expect("a valid policy")
+}
+
 /// `policy` as a set of its own, for a check of it alone.
 pub(crate) fn alone(policy: &Policy) -> PolicySet {
     PolicySet::from(policy.clone())

@@ -80,6 +80,7 @@ pub(crate) fn stamp(
                 at_us,
                 once: options.once.map(|(id, _)| id.into()),
                 each: owned_keys(options.keys),
+                at_each: None,
             }),
         _ => decisions,
     }
@@ -104,6 +105,14 @@ pub(crate) enum Settlement {
 }
 
 impl Settlement {
+    /// This settlement of a part of a reservation that was taken at `at_us`.
+    pub(crate) fn at(self, at_us: u64) -> Self {
+        match self {
+            Self::GiveBack { cost, .. } => Self::GiveBack { cost, at_us },
+            charge @ Self::Charge { .. } => charge,
+        }
+    }
+
     /// `change` of `reserved`, a charge at most `max` (what the algorithms count exactly).
     pub(crate) fn of(reserved: &Reservation, change: Change, max: u64) -> Self {
         match change {

@@ -3,11 +3,12 @@
 
 use super::{
     RedisBackend,
+    across_slots::{Part, SlotGroup},
     batch::Member,
-    protocol::{self, Request},
+    protocol::{self, Reply, Request},
 };
 use crate::{
-    Decisions, Error, ErrorKind, KeyScheme, Reason, Timestamp,
+    Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Reason, Timestamp,
     backend::{
         answer::decision,
         query::{Change, Clients, Query, Settlement, Started, stamp},
@@ -23,8 +24,8 @@ impl RedisBackend {
         let (keys, client, options) = (query.keys, query.client, query.options);
         let clients = query.clients();
         let slot = match self.slot_of(keys, clients, query.set.len()) {
-            Ok(slot) => slot,
-            Err(error) => return Started::Ready(Err(error)),
+            Slot::One(slot) => slot,
+            Slot::Several(groups) => return self.start_across(query, groups),
         };
         // Encoded here, so the future owns only what the reply needs.
         let request = Request {
@@ -72,56 +73,30 @@ impl RedisBackend {
             let reply = protocol::decode(&reply, &[request])?
                 .pop()
                 .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
-            let mut limits = reply.limits.into_iter();
-            let decisions = set
-                .iter()
-                .zip(reply.answers)
-                .map(|(policy, answer)| {
-                    let mut decision = decision(policy, answer, Reason::Redis);
-                    if policy.takes_overrides() {
-                        decision.limit = limits.next().unwrap_or(decision.limit);
-                    }
-                    decision
-                })
-                .collect();
-            let decisions = Decisions::new(decisions);
+            let taken_at_us = reply.taken_at_us;
+            let decisions = Decisions::new(decisions_of(&set, reply));
             let each = borrowed_keys(each.as_ref());
             let options = Options {
                 once: once.as_deref().map(|id| (id, 0)),
                 keys: each.as_deref(),
                 ..options
             };
-            Ok(stamp(decisions, &options, &set, &client, reply.taken_at_us))
+            Ok(stamp(decisions, &options, &set, &client, taken_at_us))
         }))
     }
 
-    /// The Cluster slot of the check's keys, which batches are made of; 0 off a Cluster. Keys
-    /// of one check in different slots cannot go in one call: an error saying so.
-    fn slot_of(
-        &self,
-        keys: &KeyScheme,
-        clients: Clients<'_>,
-        policies: usize,
-    ) -> Result<u16, Error> {
-        #[cfg(feature = "cluster")]
-        if self.is_cluster() {
-            let slot = keys.slot(clients.first());
-            if (1..policies).any(|i| keys.slot(clients.of(i)) != slot) {
-                return Err(Error::new(
-                    ErrorKind::InvalidInput,
-                    "on a Redis Cluster, the keys of one check must share a slot: write them with \
-                     one tenant tag ({tenant}ip:10.0.0.1, {tenant}key:k7) under \
-                     KeyScheme::tenant_tags",
-                ));
-            }
-            return Ok(slot);
+    /// The Cluster slot of the check's keys, which batches are made of: 0 off a Cluster, and
+    /// the slot groups of its policies when their keys live in several.
+    fn slot_of(&self, keys: &KeyScheme, clients: Clients<'_>, policies: usize) -> Slot {
+        match self.slot_groups(keys, clients, policies) {
+            Some(groups) => Slot::Several(groups),
+            None => Slot::One(self.first_slot(keys, clients)),
         }
-        let _ = (keys, clients, policies);
-        Ok(0)
     }
 
     /// Settles what `reserved` took by `change`, at `now` (else Redis's time); how many
-    /// policies changed.
+    /// policies changed. A reservation across Cluster slots is settled in each slot group, at
+    /// the time its server took.
     pub(crate) async fn settle(
         &self,
         keys: &KeyScheme,
@@ -129,17 +104,56 @@ impl RedisBackend {
         change: Change,
         now: Option<Timestamp>,
     ) -> Result<u64, Error> {
-        let (set, client) = (&reserved.set, &*reserved.client);
+        let each = borrowed_keys(reserved.each.as_ref());
+        let clients = Clients {
+            client: &reserved.client,
+            each: each.as_deref(),
+        };
+        let once = reserved.once.as_deref();
+        let settlement = Settlement::of(reserved, change, MAX_EXACT);
+        let now_us = now.map(Timestamp::as_micros);
+        let (Some(groups), Some(times)) = (
+            self.slot_groups(keys, clients, reserved.set.len()),
+            reserved.at_each.as_deref(),
+        ) else {
+            let part = Part::of(&reserved.set, clients);
+            return self
+                .settle_part(keys, &part, once, settlement, now_us)
+                .await;
+        };
+        let settles = groups.iter().map(|group| {
+            let part = Part::of_group(&reserved.set, clients, group);
+            let settlement = settlement.at(times[group.places[0]]);
+            async move {
+                self.settle_part(keys, &part, once, settlement, now_us)
+                    .await
+            }
+        });
+        let mut changed = 0;
+        for settled in futures_util::future::join_all(settles).await {
+            changed += settled?;
+        }
+        Ok(changed)
+    }
+
+    /// Settles `part` of a reservation (with its request id `once`) by `settlement`, at
+    /// `now_us` (else Redis's time); how many policies changed.
+    pub(super) async fn settle_part(
+        &self,
+        keys: &KeyScheme,
+        part: &Part<'_>,
+        once: Option<&str>,
+        settlement: Settlement,
+        now_us: Option<u64>,
+    ) -> Result<u64, Error> {
         // With its request id (and as the reservation it was, which names the id's key), so
         // that a retry of the request is answered what is left after the settle.
-        let each = borrowed_keys(reserved.each.as_ref());
         let request = Request {
-            once: reserved.once.as_deref().map(|id| (id, 0)),
+            once: once.map(|id| (id, 0)),
             reserve: true,
-            each: each.as_deref(),
-            ..Request::new(set, client)
+            ..part.request()
         };
-        let request = match Settlement::of(reserved, change, MAX_EXACT) {
+        let request = match settlement {
             Settlement::GiveBack { cost, at_us } => Request {
                 cost,
                 taken_at_us: Some(at_us),
@@ -147,11 +161,34 @@ impl RedisBackend {
             },
             Settlement::Charge { cost } => Request { cost, ..request },
         };
-        let call = protocol::encode(keys, now.map(Timestamp::as_micros), &[request]);
+        let call = protocol::encode(keys, now_us, &[request]);
         let reply = self.script(call, |scripts| &scripts.settle).await?;
         Ok(protocol::decode_settled(&reply)
             .first()
             .copied()
             .unwrap_or(0))
     }
+}
+
+/// Where a check's keys live on a Cluster.
+enum Slot {
+    One(u16),
+    Several(Vec<SlotGroup>),
+}
+
+/// A check's decisions of `policies` from a script's `reply`: each policy's answer, with the
+/// limit in force of those that take overrides.
+pub(super) fn decisions_of(policies: &[Policy], reply: Reply) -> Vec<Decision> {
+    let mut limits = reply.limits.into_iter();
+    policies
+        .iter()
+        .zip(reply.answers)
+        .map(|(policy, answer)| {
+            let mut decision = decision(policy, answer, Reason::Redis);
+            if policy.takes_overrides() {
+                decision.limit = limits.next().unwrap_or(decision.limit);
+            }
+            decision
+        })
+        .collect()
 }

@@ -10,6 +10,7 @@ use std::{
     time::Duration,
 };
 
+mod across_slots;
 mod batch;
 mod bounded;
 mod builder;

@@ -1,0 +1,315 @@
+//! A check whose keys live in different slots of a Redis Cluster (an IP's and an API key's,
+//! untagged): all or nothing across slots, under load and with a primary killed mid-run.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use redlimit::{Limiter, Policy, PolicySet, RedisBackend};
+use redlimit_tests::RedisCluster;
+
+use crate::support::{T0, at_ms, per_minute};
+
+const IPS: usize = 40;
+const KEYS: usize = 80;
+const REQUESTS: usize = 10_000;
+const IP_LIMIT: u64 = 60;
+const KEY_LIMIT: u64 = 40;
+
+fn ip_and_key() -> PolicySet {
+    PolicySet::new([
+        per_minute("per-ip", IP_LIMIT),
+        per_minute("per-key", KEY_LIMIT),
+    ])
+    .expect("a valid set")
+}
+
+/// The policy counting `client` (an IP or an API key) and its limit.
+fn policy_of(client: &str) -> (Policy, u64) {
+    if client.starts_with("ip:") {
+        (per_minute("per-ip", IP_LIMIT), IP_LIMIT)
+    } else {
+        (per_minute("per-key", KEY_LIMIT), KEY_LIMIT)
+    }
+}
+
+/// The `r`th request's IP and API key: each IP sends 250 over every key, each key 125 from
+/// every IP; sent about in order, the first 60 keys' limits deny and every IP's does.
+fn clients_of(r: usize) -> (String, String) {
+    (
+        format!("ip:{}", r % IPS),
+        format!("key:{}", (r / IPS) % KEYS),
+    )
+}
+
+fn limiter(cluster: &RedisCluster, budget: Duration) -> Limiter {
+    Limiter::new(
+        RedisBackend::cluster(cluster.urls())
+            .budget(budget)
+            .build()
+            .expect("valid urls"),
+    )
+}
+
+/// What one request was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Admitted,
+    /// Refused, by the IP's limit, the key's, or both.
+    Refused {
+        by_ip: bool,
+        by_key: bool,
+    },
+    Failed,
+}
+
+/// Sends the `REQUESTS` checks from `workers` tasks at a time (all of them at once when
+/// `workers` is `REQUESTS`), all at one explicit time, so the window never turns; `answered`
+/// counts them as they are answered. Each request's clients and outcome.
+async fn run(
+    limiter: &Limiter,
+    workers: usize,
+    answered: &Arc<AtomicUsize>,
+) -> Vec<(usize, Outcome)> {
+    let set = ip_and_key();
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (limiter, set) = (limiter.clone(), set.clone());
+            let (next, answered) = (Arc::clone(&next), Arc::clone(answered));
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                // Bounded: each worker takes requests until all are taken.
+                loop {
+                    let r = next.fetch_add(1, Ordering::SeqCst);
+                    if r >= REQUESTS {
+                        return outcomes;
+                    }
+                    let (ip, key) = clients_of(r);
+                    let decided = limiter
+                        .check(&set, "")
+                        .keys(&[&ip, &key])
+                        .at(at_ms(T0))
+                        .await;
+                    let outcome = match decided {
+                        Ok(decisions) if decisions.allowed() => Outcome::Admitted,
+                        Ok(decisions) => Outcome::Refused {
+                            by_ip: !decisions[0].allowed,
+                            by_key: !decisions[1].allowed,
+                        },
+                        Err(_) => Outcome::Failed,
+                    };
+                    answered.fetch_add(1, Ordering::SeqCst);
+                    outcomes.push((r, outcome));
+                }
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::with_capacity(REQUESTS);
+    for task in tasks {
+        outcomes.extend(task.await.expect("a worker"));
+    }
+    outcomes
+}
+
+/// How many admitted requests each client (IP or key) had.
+fn admitted_per_client(outcomes: &[(usize, Outcome)]) -> HashMap<String, u64> {
+    let mut admitted = HashMap::new();
+    for &(r, outcome) in outcomes {
+        let (ip, key) = clients_of(r);
+        for client in [ip, key] {
+            *admitted.entry(client).or_default() += u64::from(outcome == Outcome::Admitted);
+        }
+    }
+    admitted
+}
+
+/// How much of `client`'s quota its counter says was used, read by a peek (cost 0).
+async fn used(limiter: &Limiter, client: &str) -> u64 {
+    let (policy, limit) = policy_of(client);
+    let peeked = limiter
+        .check(&PolicySet::from(policy), client)
+        .cost(0)
+        .at(at_ms(T0))
+        .await
+        .unwrap_or_else(|error| panic!("{client}'s counter: {error}"));
+    limit - peeked[0].remaining
+}
+
+/// Asserts that `client`'s `admitted` requests are within its limit, and its counter holds
+/// exactly what they took: nothing of a refused or failed request.
+async fn assert_exact(limiter: &Limiter, client: &str, admitted: u64) {
+    let limit = policy_of(client).1;
+    assert!(
+        admitted <= limit,
+        "{client}: {admitted} admitted, above {limit}"
+    );
+    assert_eq!(
+        used(limiter, client).await,
+        admitted,
+        "{client}: its counter is what its admitted requests took"
+    );
+}
+
+/// The Redis key of `client`'s counter.
+fn key_of(limiter: &Limiter, client: &str) -> String {
+    limiter.keys().key(&policy_of(client).0, client)
+}
+
+/// 10,000 concurrent requests of 40 IPs and 160 API keys on a 3-primary Cluster, each checked
+/// by its IP's limit and its key's in one check whose two keys mostly live on two primaries:
+/// no counter goes above its limit, and each counter is exactly what its admitted requests
+/// took, so every refused request (refused by either) left every counter as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_or_nothing_holds_across_slots_over_ten_thousand_concurrent_requests() {
+    let cluster = RedisCluster::start();
+    let limiter = limiter(&cluster, Duration::from_secs(30));
+    let apart = (0..REQUESTS.min(IPS * KEYS))
+        .filter(|&r| {
+            let (ip, key) = clients_of(r);
+            cluster.primary_of(&key_of(&limiter, &ip))
+                != cluster.primary_of(&key_of(&limiter, &key))
+        })
+        .take(100)
+        .count();
+    assert_eq!(
+        apart, 100,
+        "the two keys of most checks live on two primaries"
+    );
+
+    let outcomes = run(&limiter, REQUESTS, &Arc::new(AtomicUsize::new(0))).await;
+    assert_eq!(outcomes.len(), REQUESTS);
+    let failed = outcomes
+        .iter()
+        .filter(|(_, o)| *o == Outcome::Failed)
+        .count();
+    assert_eq!(failed, 0, "every check decided");
+    let admitted = admitted_per_client(&outcomes);
+    let total: usize = outcomes
+        .iter()
+        .filter(|(_, o)| *o == Outcome::Admitted)
+        .count();
+    println!("{total} of {REQUESTS} admitted across slots");
+    for (client, &count) in &admitted {
+        assert_exact(&limiter, client, count).await;
+    }
+    let refused = |ip: bool, key: bool| {
+        let wanted = Outcome::Refused {
+            by_ip: ip,
+            by_key: key,
+        };
+        outcomes.iter().filter(|(_, o)| *o == wanted).count()
+    };
+    let (by_ip, by_key) = (refused(true, false), refused(false, true));
+    println!("refused by the IP's limit alone {by_ip}, by the key's alone {by_key}");
+    assert!(by_ip > 0 && by_key > 0, "each limit refused on its own");
+}
+
+/// The same load from 64 tasks, with a primary killed after 1,000 answers (its replica promoted later): the
+/// checks that need it fail, and every counter on the live primaries stays exactly what its
+/// admitted requests took, within its limit: a check refused or failed on one slot gave back
+/// what the others took. (The killed primary's own counters are what its replica received;
+/// replication is asynchronous, so they are not asserted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_leaves_every_live_counter_exact() {
+    let cluster = RedisCluster::start_configured(&["--cluster-require-full-coverage", "no"]);
+    let limiter = limiter(&cluster, Duration::from_secs(5));
+    let mut primaries: HashMap<String, Option<u16>> = HashMap::new();
+    let ips = (0..IPS).map(|i| format!("ip:{i}"));
+    for client in ips.chain((0..KEYS).map(|k| format!("key:{k}"))) {
+        let primary = cluster.primary_of(&key_of(&limiter, &client));
+        primaries.insert(client, primary);
+    }
+    let dying = primaries["ip:0"].expect("a primary");
+    let answered = Arc::new(AtomicUsize::new(0));
+    let killer = {
+        let answered = Arc::clone(&answered);
+        tokio::task::spawn_blocking(move || {
+            let mut cluster = cluster;
+            // Bounded: the load is answered within minutes, or the test has failed anyway.
+            let started = std::time::Instant::now();
+            while answered.load(Ordering::SeqCst) < 1_000
+                && started.elapsed() < Duration::from_secs(120)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            cluster.kill(dying);
+            cluster
+        })
+    };
+    let outcomes = run(&limiter, 64, &answered).await;
+    let _cluster = killer.await.expect("the kill");
+    let count = |wanted| outcomes.iter().filter(|(_, o)| *o == wanted).count();
+    let (admitted, failed) = (count(Outcome::Admitted), count(Outcome::Failed));
+    let refused = REQUESTS - admitted - failed;
+    println!("primary killed mid-run: {admitted} admitted, {refused} refused, {failed} failed");
+    assert!(failed > 0, "the killed primary's checks failed");
+    let admitted_after = outcomes
+        .iter()
+        .filter(|&&(r, outcome)| {
+            let (ip, key) = clients_of(r);
+            r > 1_500
+                && outcome == Outcome::Admitted
+                && primaries[&ip] != Some(dying)
+                && primaries[&key] != Some(dying)
+        })
+        .count();
+    assert!(admitted_after > 0, "the live primaries kept admitting");
+    let per_client = admitted_per_client(&outcomes);
+    let mut live = 0;
+    for (client, &count) in &per_client {
+        if primaries[client] == Some(dying) {
+            continue;
+        }
+        live += 1;
+        assert_exact(&limiter, client, count).await;
+    }
+    assert!(live > 50, "{live} of 120 counters on the live primaries");
+}
+
+/// A reservation across slots is settled in each slot, at the time its primary took; one
+/// request id covers both slots, and its retry shows the settled numbers.
+#[tokio::test]
+async fn a_reservation_and_a_request_id_cover_every_slot() {
+    let cluster = RedisCluster::start();
+    let limiter = limiter(&cluster, Duration::from_secs(5));
+    let set = ip_and_key();
+    let keys = ["ip:1", "key:1"];
+    assert_ne!(
+        cluster.primary_of(&key_of(&limiter, keys[0])),
+        cluster.primary_of(&key_of(&limiter, keys[1])),
+        "two primaries"
+    );
+    let check = || {
+        limiter
+            .check(&set, "")
+            .keys(&keys)
+            .cost(10)
+            .once("order-1", Duration::from_secs(60))
+            .reserve()
+            .at(at_ms(T0))
+    };
+    let remaining = |decisions: &redlimit::Decisions| -> Vec<u64> {
+        decisions.iter().map(|d| d.remaining).collect()
+    };
+    let first = check().await.expect("decided");
+    assert!(first.allowed());
+    assert_eq!(remaining(&first), [IP_LIMIT - 10, KEY_LIMIT - 10]);
+    let retry = check().await.expect("decided");
+    assert_eq!(remaining(&retry), remaining(&first), "counted once");
+    let settled = limiter.settle(&first, 4).at(at_ms(T0)).await;
+    assert!(settled.expect("settled"), "6 given back");
+    assert_eq!(used(&limiter, keys[0]).await, 4);
+    assert_eq!(used(&limiter, keys[1]).await, 4);
+    let replayed = check().await.expect("decided");
+    assert_eq!(
+        remaining(&replayed),
+        [IP_LIMIT - 4, KEY_LIMIT - 4],
+        "a retry shows the settled numbers"
+    );
+}
