@@ -5,7 +5,7 @@ use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Instant};
 
 use axum::{Router, ServiceExt, extract::Request, response::Response, routing::get};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend};
+use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy, PolicySet};
 use redlimit_tests::{command_calls, commands_sent};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -39,6 +39,24 @@ fn limit(limiter: Limiter) -> RateLimitLayer {
         .budget(std::time::Duration::from_secs(2))
         .build();
     RateLimitLayer::new(guard).key(HeaderKey::new("x-client").expect("a valid header"))
+}
+
+/// Per client and per API key in one layer (`x-client`, `x-key`), each a fixed window of 100
+/// per 60 s: one check of two keys per request.
+fn limit_two_keys(limiter: Limiter) -> RateLimitLayer {
+    let per_key = Policy::builder("per_key", Algorithm::FixedWindow)
+        .limit(100)
+        .window(std::time::Duration::from_secs(60))
+        .build()
+        .expect("a valid policy");
+    let set = PolicySet::new([policy(Algorithm::FixedWindow, 100), per_key]).expect("a valid set");
+    let guard = GuardedLimiter::builder(limiter, set)
+        .budget(std::time::Duration::from_secs(2))
+        .build();
+    RateLimitLayer::new(guard)
+        .key(HeaderKey::new("x-client").expect("a valid header"))
+        .key_for("per_key", HeaderKey::new("x-key").expect("a valid header"))
+        .expect("a policy of the set")
 }
 
 /// tower_governor's key: the `x-client` header, as the layered contenders use.
@@ -86,6 +104,10 @@ pub(crate) fn start_servers(
             ),
         ),
         ("http_governor", serve(server, governor(hello()))),
+        (
+            "http_memory_two_keys",
+            serve(server, limit_two_keys(memory()).layer(hello())),
+        ),
         (
             "http_memory_legacy",
             serve(
@@ -170,7 +192,10 @@ impl Connection {
     }
 
     async fn get(&mut self, client: &str) -> u16 {
-        let request = format!("GET / HTTP/1.1\r\nhost: bench\r\nx-client: {client}\r\n\r\n");
+        // Every contender is sent both keys; those of one key read only `x-client`.
+        let request = format!(
+            "GET / HTTP/1.1\r\nhost: bench\r\nx-client: {client}\r\nx-key: k{client}\r\n\r\n"
+        );
         self.stream
             .write_all(request.as_bytes())
             .await

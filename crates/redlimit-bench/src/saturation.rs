@@ -34,8 +34,14 @@ const ZIPF_S: f64 = 1.1;
 pub(crate) enum Contender {
     /// The naive script by `EVALSHA`, one call per decision: what a user writes.
     Naive { url: String, sha1: String },
-    /// redlimit checking `set` (each thread builds its own limiter on `url`).
-    Redlimit { url: String, set: Arc<PolicySet> },
+    /// redlimit checking `set` (each thread builds its own limiter on `url`), each policy
+    /// under the check's client, or with `two_keys` the second under a key of its own (per IP
+    /// and per API key).
+    Redlimit {
+        url: String,
+        set: Arc<PolicySet>,
+        two_keys: bool,
+    },
 }
 
 /// A limit so high that every check of the run is allowed (the hottest Zipf client takes about
@@ -66,6 +72,7 @@ pub(crate) fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)
     let redlimit = |set: PolicySet| Contender::Redlimit {
         url: url.to_owned(),
         set: Arc::new(set),
+        two_keys: false,
     };
     for algorithm in Algorithm::ALL {
         all.push((
@@ -79,11 +86,20 @@ pub(crate) fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)
         .window(Duration::from_secs(3_600))
         .build()
         .expect("a valid policy");
+    let two = PolicySet::new([generous(Algorithm::FixedWindow), per_hour]).expect("a valid set");
     all.push((
         crate::decisions::TWO_POLICIES.to_owned(),
-        redlimit(
-            PolicySet::new([generous(Algorithm::FixedWindow), per_hour]).expect("a valid set"),
-        ),
+        redlimit(two.clone()),
+    ));
+    // The same two policies, the second under another key in the same slot (as a tenant tag
+    // keeps it on a Cluster): what one check of two keys costs Redis beside one key.
+    all.push((
+        format!("{}_two_keys", crate::decisions::TWO_POLICIES),
+        Contender::Redlimit {
+            url: url.to_owned(),
+            set: Arc::new(two),
+            two_keys: true,
+        },
     ));
     all
 }
@@ -144,7 +160,7 @@ impl Rng {
 #[derive(Clone)]
 enum Client {
     Naive(MultiplexedConnection, Arc<str>),
-    Redlimit(Limiter, Arc<PolicySet>),
+    Redlimit(Limiter, Arc<PolicySet>, bool),
 }
 
 impl Client {
@@ -162,9 +178,15 @@ impl Client {
                     .expect("naive EVALSHA");
                 std::hint::black_box(count <= 1_000_000);
             }
-            Self::Redlimit(limiter, set) => {
-                let decisions = limiter.check(set, client).await.expect("redlimit check");
-                std::hint::black_box(decisions.allowed());
+            Self::Redlimit(limiter, set, two_keys) => {
+                let check = limiter.check(set, client);
+                let decisions = if *two_keys {
+                    let key = format!("key:{client}");
+                    check.keys(&[client, &key]).await
+                } else {
+                    check.await
+                };
+                std::hint::black_box(decisions.expect("redlimit check").allowed());
             }
         }
     }
@@ -192,7 +214,11 @@ fn thread(
                     .expect("a connection"),
                 sha1.into(),
             ),
-            Contender::Redlimit { url, set } => Client::Redlimit(redis_limiter(&url, "sat"), set),
+            Contender::Redlimit {
+                url,
+                set,
+                two_keys,
+            } => Client::Redlimit(redis_limiter(&url, "sat"), set, two_keys),
         };
         let mut tasks = Vec::new();
         for task in 0..IN_FLIGHT {
