@@ -214,11 +214,9 @@ fn thread(
                     .expect("a connection"),
                 sha1.into(),
             ),
-            Contender::Redlimit {
-                url,
-                set,
-                two_keys,
-            } => Client::Redlimit(redis_limiter(&url, "sat"), set, two_keys),
+            Contender::Redlimit { url, set, two_keys } => {
+                Client::Redlimit(redis_limiter(&url, "sat"), set, two_keys)
+            }
         };
         let mut tasks = Vec::new();
         for task in 0..IN_FLIGHT {

@@ -291,6 +291,9 @@ impl Limiter {
             policy: Arc::clone(&inner.name),
             reason,
             banned: false,
+            window: Duration::ZERO,
+            burst: inner.limit,
+            overridden: false,
         };
         let lease = acquired.granted.then(|| Lease {
             limiter: self.clone(),

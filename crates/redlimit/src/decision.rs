@@ -29,6 +29,15 @@ pub struct Decision {
     /// Denied because the client is banned after repeated denials (see
     /// [`Ban`](crate::Ban)); `retry_after` is when the ban ends.
     pub banned: bool,
+    /// The window in force: the policy's, or the client's override's
+    /// ([`Override`](crate::Override)); zero for a concurrency limit.
+    pub window: Duration,
+    /// The burst in force (what a fresh client may take at once: a token bucket's or GCRA's
+    /// burst, the limit for the others): the policy's, or the client's override's.
+    pub burst: u64,
+    /// Whether a per-client override put other numbers in force (`limit`, `window`, `burst`)
+    /// than the policy's.
+    pub overridden: bool,
 }
 
 /// When a denied request could be retried.

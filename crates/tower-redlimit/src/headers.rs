@@ -78,10 +78,10 @@ pub(crate) fn policy_value_of(
     let mut value = String::new();
     for (i, p) in policies.iter().enumerate() {
         let separator = if value.is_empty() { "" } else { ", " };
-        let limit = decisions
-            .and_then(|d| d.get(i))
-            .map_or(p.limit(), |d| d.limit);
-        let (quota, window) = quota(p, limit);
+        let (quota, window) = match decisions.and_then(|d| d.get(i)) {
+            Some(d) => quota(d.limit, d.window, d.burst),
+            None => quota(p.limit(), p.window(), p.burst()),
+        };
         let _ = write!(
             value,
             "{separator}\"{}\";q={quota};w={}",
@@ -101,12 +101,12 @@ pub(crate) fn policy_value_of(
     HeaderValue::try_from(value).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// The quota `policy` states (`q`, and `X-RateLimit-Limit`) while `limit` is in force, and the
-/// time it spans (`w`): the limit per window; or, for a token bucket or GCRA whose burst is not
-/// its limit, the burst and the time the whole burst takes to refill (burst × window / limit),
-/// so that `r`, at most the burst, never exceeds `q`.
-pub(crate) fn quota(policy: &Policy, limit: u64) -> (u64, Duration) {
-    let (quota, window) = (policy.quota(limit), policy.window());
+/// The quota a policy states (`q`, and `X-RateLimit-Limit`) while `limit`, `window` and
+/// `burst` are in force, and the time it spans (`w`): the limit per window; or, for a token
+/// bucket or GCRA whose burst is not its limit, the burst and the time the whole burst takes to
+/// refill (burst × window / limit), so that `r`, at most the burst, never exceeds `q`.
+pub(crate) fn quota(limit: u64, window: Duration, burst: u64) -> (u64, Duration) {
+    let quota = burst;
     if quota == limit || limit == 0 {
         return (quota, window);
     }
@@ -122,7 +122,6 @@ pub(crate) fn add(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &HeaderValue,
-    policies: &[Policy],
     decisions: &Decisions,
 ) {
     // One path decides every policy of a check: the first decision's reason is theirs.
@@ -144,10 +143,7 @@ pub(crate) fn add(
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::IetfAndLegacy) {
         let d = decisions.most_restrictive();
-        let limit = policies
-            .iter()
-            .find(|p| p.name() == &*d.policy)
-            .map_or(d.limit, |p| quota(p, d.limit).0);
+        let limit = quota(d.limit, d.window, d.burst).0;
         headers
             .entry(X_LIMIT)
             .or_insert_with(|| HeaderValue::from(limit));

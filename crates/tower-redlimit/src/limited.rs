@@ -88,13 +88,7 @@ impl Limited {
     pub fn add_headers(&self, headers: &mut HeaderMap) {
         // Per client: an override's numbers are the client's own.
         let policy = policy_value_of(&self.policies, None, Some(&self.decisions));
-        headers::add(
-            headers,
-            self.headers,
-            &policy,
-            &self.policies,
-            &self.decisions,
-        );
+        headers::add(headers, self.headers, &policy, &self.decisions);
     }
 
     /// The denial the layer would answer (429, or 503 when the limiter failed closed), with

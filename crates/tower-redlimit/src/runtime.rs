@@ -494,23 +494,18 @@ impl Tier {
     pub(crate) fn add_headers(&self, response: &mut HeaderMap, decisions: &Decisions) {
         let policies = self.guard.policies();
         // A client with an override sees its own limits.
-        if decisions
-            .iter()
-            .zip(policies.iter())
-            .any(|(d, p)| d.limit != p.limit())
-        {
+        if decisions.iter().any(|d| d.overridden) {
             let value = policy_value_of(
                 policies,
                 self.settings.concurrency.as_ref(),
                 Some(decisions),
             );
-            return headers::add(response, self.settings.headers, &value, policies, decisions);
+            return headers::add(response, self.settings.headers, &value, decisions);
         }
         headers::add(
             response,
             self.settings.headers,
             &self.policy_header,
-            policies,
             decisions,
         );
     }

@@ -279,3 +279,52 @@ async fn a_burst_is_the_stated_quota_and_remaining_never_exceeds_it() {
         assert_eq!(admitted, 22, "{algorithm}: {statuses:?}");
     }
 }
+
+/// A client with an override sees the numbers in force in its headers, read from its decisions
+/// alone: the override's limit, window and burst (`q=7;w=…` of a token bucket's burst of 7 over
+/// 70 a minute), on Redis and in memory; other clients see the policy's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_shows_its_own_window_and_burst_in_the_headers() {
+    use std::time::Duration;
+
+    use redlimit::Override;
+    use tower_redlimit::HeaderKey;
+
+    let server = RedisServer::start();
+    for (backend, limiter) in crate::support::both_backends(&server) {
+        let p = Policy::builder("p", Algorithm::TokenBucket)
+            .limit(3)
+            .window(Duration::from_secs(3_600))
+            .overrides(true)
+            .build()
+            .expect("a policy");
+        limiter
+            .set_override(
+                &p,
+                "vip",
+                Override::default()
+                    .limit(70)
+                    .window(Duration::from_secs(60))
+                    .burst(7),
+                Duration::from_secs(600),
+            )
+            .await
+            .expect("set");
+        let guard = GuardedLimiter::builder(limiter, p).build();
+        let layer = RateLimitLayer::new(guard).key(HeaderKey::new("x-client").expect("valid"));
+        let address = serve(app(layer)).await;
+        let vip = http_get(address, "/", &[("x-client", "vip")]).await;
+        // A burst of 7 refills in 7 × 60 s / 70 = 6 s.
+        assert_eq!(
+            vip.header("ratelimit-policy"),
+            Some("\"p\";q=7;w=6"),
+            "{backend}: {vip:?}"
+        );
+        let other = http_get(address, "/", &[("x-client", "other")]).await;
+        assert_eq!(
+            other.header("ratelimit-policy"),
+            Some("\"p\";q=3;w=3600"),
+            "{backend}: {other:?}"
+        );
+    }
+}

@@ -261,3 +261,116 @@ async fn inspect_and_reset_see_the_override_in_force() {
         );
     }
 }
+
+/// A decision carries the numbers in force: the policy's (not overridden), or the client's
+/// override's limit, window and burst (overridden), on Redis and in memory alike; a once-reply
+/// replays them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_carry_the_numbers_in_force() {
+    let server = RedisServer::start();
+    for (backend, limiter) in both_backends(&server) {
+        for algorithm in Algorithm::ALL {
+            let p = overridable(algorithm, 2);
+            let name = format!("{backend} {}", algorithm.name());
+            let set = alone(&p);
+            let check = |client: &'static str, id: &'static str| {
+                limiter
+                    .check(&set, client)
+                    .once(id, Duration::from_secs(60))
+                    .at(at_ms(T0 + 1_000))
+            };
+            let plain = check("c", "r1").await.expect("check")[0].clone();
+            assert_eq!(
+                (plain.limit, plain.window, plain.burst, plain.overridden),
+                (2, Duration::from_secs(3_600), p.burst(), false),
+                "{name}"
+            );
+            let numbers = if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
+                Override::default()
+                    .limit(50)
+                    .window(Duration::from_secs(60))
+                    .burst(7)
+            } else {
+                Override::default()
+                    .limit(50)
+                    .window(Duration::from_secs(60))
+            };
+            limiter
+                .set_override(&p, "c", numbers, DAY)
+                .await
+                .expect("set");
+            for _ in 0..2 {
+                let d = check("c", "r2").await.expect("check")[0].clone();
+                let burst = if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
+                    7
+                } else {
+                    50
+                };
+                assert_eq!(
+                    (d.limit, d.window, d.burst, d.overridden),
+                    (50, Duration::from_secs(60), burst, true),
+                    "{name}: the override's numbers, replayed alike"
+                );
+            }
+        }
+    }
+}
+
+/// A request id's reply remembered before replies carried the window and burst in force (the
+/// limit alone) still replays: with the limit it remembered and the policy's window and burst.
+#[tokio::test]
+async fn a_reply_remembered_with_the_limit_alone_still_replays() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let p = overridable(Algorithm::FixedWindow, 2);
+    limiter
+        .set_override(&p, "c", Override::default().limit(50), DAY)
+        .await
+        .expect("set");
+    let set = alone(&p);
+    let check = || {
+        limiter
+            .check(&set, "c")
+            .once("r9", Duration::from_secs(60))
+            .at(at_ms(T0 + 1_000))
+    };
+    let first = check().await.expect("check")[0].clone();
+    assert_eq!((first.limit, first.remaining), (50, 49));
+    // The remembered reply, rewritten as a reply without the window and burst was.
+    let mut redis = server.connection();
+    let keys: Vec<String> = deadpool_redis::redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut redis)
+        .expect("KEYS");
+    let mut rewritten = 0;
+    for key in keys {
+        let Ok(value) = deadpool_redis::redis::cmd("GET")
+            .arg(&key)
+            .query::<String>(&mut redis)
+        else {
+            continue;
+        };
+        let numbers: Vec<&str> = value.split(',').collect();
+        if numbers.len() == 7 && numbers[4..] == ["50", "3600000", "50"] {
+            let old = numbers[..5].join(",");
+            let _: () = deadpool_redis::redis::cmd("SET")
+                .arg(&key)
+                .arg(old)
+                .query(&mut redis)
+                .expect("SET");
+            rewritten += 1;
+        }
+    }
+    assert_eq!(rewritten, 1, "the request id's reply");
+    let replayed = check().await.expect("replayed")[0].clone();
+    assert_eq!(
+        (
+            replayed.limit,
+            replayed.remaining,
+            replayed.window,
+            replayed.burst
+        ),
+        (50, 49, Duration::from_secs(3_600), 2)
+    );
+    assert!(replayed.overridden);
+}

@@ -75,6 +75,7 @@ impl Inspected {
         let key = match &self.overridden {
             Some((limit, key)) => {
                 decision.limit = *limit;
+                decision.overridden = true;
                 key.clone()
             }
             None => target.key(keys, policy),
@@ -107,5 +108,17 @@ pub(crate) fn decision(policy: &Policy, answer: Answer, reason: Reason) -> Decis
         policy: policy.shared_name(),
         reason,
         banned: answer.banned,
+        window: policy.window(),
+        burst: policy.burst(),
+        overridden: false,
+    }
+}
+
+/// Flags each of `decisions` whose numbers in force are not those of its policy in `set` (a
+/// per-client override).
+pub(crate) fn mark_overridden(decisions: &mut [Decision], set: &[Policy]) {
+    for (decision, policy) in decisions.iter_mut().zip(set) {
+        decision.overridden = (decision.limit, decision.window, decision.burst)
+            != (policy.limit(), policy.window(), policy.burst());
     }
 }

@@ -248,6 +248,9 @@ mod tests {
             policy: "p".into(),
             reason: Reason::Redis,
             banned: false,
+            window: Duration::from_secs(1),
+            burst: 10,
+            overridden: false,
         }
     }
 

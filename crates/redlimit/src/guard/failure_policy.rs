@@ -29,7 +29,11 @@ impl FailurePolicy {
 
 impl Decision {
     pub(crate) fn fail_open(policy: &Policy) -> Self {
-        Self::fail_open_of(policy.shared_name(), policy.limit())
+        Self {
+            window: policy.window(),
+            burst: policy.burst(),
+            ..Self::fail_open_of(policy.shared_name(), policy.limit())
+        }
     }
 
     /// A fail-open decision of the limit `limit` named `policy`.
@@ -44,11 +48,18 @@ impl Decision {
             policy,
             reason: Reason::FailOpen,
             banned: false,
+            window: Duration::ZERO,
+            burst: limit,
+            overridden: false,
         }
     }
 
     pub(crate) fn fail_closed(policy: &Policy, retry: Duration) -> Self {
-        Self::fail_closed_of(policy.shared_name(), policy.limit(), retry)
+        Self {
+            window: policy.window(),
+            burst: policy.burst(),
+            ..Self::fail_closed_of(policy.shared_name(), policy.limit(), retry)
+        }
     }
 
     /// A fail-closed decision of the limit `limit` named `policy`.
@@ -63,6 +74,9 @@ impl Decision {
             policy,
             reason: Reason::FailClosed,
             banned: false,
+            window: Duration::ZERO,
+            burst: limit,
+            overridden: false,
         }
     }
 }

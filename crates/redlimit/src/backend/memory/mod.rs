@@ -19,12 +19,12 @@ mod recent;
 
 use self::{bans::Bans, leases::Leases, locked::Locked, overrides::Overrides, recent::Recent};
 use super::{
-    answer::{Answer, Inspected, decision},
+    answer::{Answer, Inspected, decision, mark_overridden},
     query::{Change, Clients, Query, Settlement, Started, stamp},
 };
 use crate::{
-    Decisions, Error, Reason, Timestamp, check_request::borrowed_keys, decisions::Reservation,
-    policy::MAX_EXACT,
+    Decision, Decisions, Error, Reason, Timestamp, check_request::borrowed_keys,
+    decisions::Reservation, policy::MAX_EXACT,
 };
 
 const SHARDS: usize = 16;
@@ -252,19 +252,25 @@ impl MemoryBackend {
             }
             None if !bans => {
                 // The common check: decisions made on the way out, no answers kept.
-                let decisions = self.check(query, policies, now_us, |p, a| {
+                let mut decisions = self.check(query, policies, now_us, |p, a| {
                     decision(p, a, Reason::Memory)
                 });
+                if overridden.is_some() {
+                    mark_overridden(&mut decisions, set);
+                }
                 let decisions = Decisions::new(decisions);
                 return Started::Ready(Ok(stamp(decisions, options, set, client, Some(now_us))));
             }
             None => (answers(), Some(now_us)),
         };
-        let decisions = policies
+        let mut decisions: Vec<Decision> = policies
             .iter()
             .zip(answers)
             .map(|(policy, answer)| decision(policy, answer, Reason::Memory))
             .collect();
+        if overridden.is_some() {
+            mark_overridden(&mut decisions, set);
+        }
         let decisions = Decisions::new(decisions);
         Started::Ready(Ok(stamp(decisions, options, set, client, taken_at_us)))
     }

@@ -1,6 +1,8 @@
 //! The check path: a check encoded once, decided alone or in a batch, its reply read into
 //! decisions; and the settle of a reservation, a script call of its own.
 
+use std::time::Duration;
+
 use super::{
     RedisBackend,
     across_slots::{Part, SlotGroup},
@@ -10,7 +12,7 @@ use super::{
 use crate::{
     Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Reason, Timestamp,
     backend::{
-        answer::decision,
+        answer::{decision, mark_overridden},
         query::{Change, Clients, Query, Settlement, Started, stamp},
     },
     check_request::{Options, borrowed_keys, owned_keys},
@@ -177,18 +179,23 @@ enum Slot {
 }
 
 /// A check's decisions of `policies` from a script's `reply`: each policy's answer, with the
-/// limit in force of those that take overrides.
+/// numbers in force of those that take overrides.
 pub(super) fn decisions_of(policies: &[Policy], reply: Reply) -> Vec<Decision> {
-    let mut limits = reply.limits.into_iter();
-    policies
+    let mut in_force = reply.in_force.into_iter();
+    let mut decisions: Vec<Decision> = policies
         .iter()
         .zip(reply.answers)
         .map(|(policy, answer)| {
             let mut decision = decision(policy, answer, Reason::Redis);
-            if policy.takes_overrides() {
-                decision.limit = limits.next().unwrap_or(decision.limit);
+            let numbers = policy.takes_overrides().then(|| in_force.next()).flatten();
+            if let Some(numbers) = numbers {
+                decision.limit = numbers.limit;
+                decision.window = Duration::from_millis(numbers.window_ms);
+                decision.burst = numbers.burst;
             }
             decision
         })
-        .collect()
+        .collect();
+    mark_overridden(&mut decisions, policies);
+    decisions
 }

@@ -90,7 +90,7 @@ impl<'a> Request<'a> {
             .iter()
             .filter(|p| self.marks_of(p) & OVERRIDES != 0)
             .count();
-        4 * self.policies.len() + overridable + usize::from(self.reserve)
+        4 * self.policies.len() + IN_FORCE * overridable + usize::from(self.reserve)
     }
 
     /// The override and ban flags of `policy` in this request.
@@ -412,13 +412,25 @@ impl Call {
     }
 }
 
+/// How many integers a reply's numbers in force of one overridable policy are.
+const IN_FORCE: usize = 3;
+
+/// The numbers a policy that takes overrides checked a client by: the policy's, or the
+/// client's override's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InForce {
+    pub(crate) limit: u64,
+    pub(crate) window_ms: u64,
+    pub(crate) burst: u64,
+}
+
 /// A request's reply, read.
 #[derive(Debug)]
 pub(crate) struct Reply {
     /// One per policy.
     pub(crate) answers: Vec<Answer>,
-    /// The limit in force for each policy that takes overrides, in order.
-    pub(crate) limits: Vec<u64>,
+    /// The numbers in force for each policy that takes overrides, in order.
+    pub(crate) in_force: Vec<InForce>,
     /// A reservation's time; `None` for a retry, which took nothing.
     pub(crate) taken_at_us: Option<u64>,
 }
@@ -428,14 +440,15 @@ pub(crate) fn source_of(policies: &[Policy]) -> &'static str {
     super::scripts::source_for(Request::new(policies, "").lean())
 }
 
-/// Reads a check's reply: per request, four integers per policy, then the limit in force of
-/// each policy that reads an override, then for a reservation the time it was taken at.
+/// Reads a check's reply: per request, four integers per policy, then the numbers in force
+/// (limit, window, burst) of each policy that reads an override, then for a reservation the time it was taken at.
 pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Reply>, Error> {
     let mut rest = reply;
     let mut replies = Vec::with_capacity(requests.len());
     for request in requests {
         let length = request.reply_len();
         let overridable = length - 4 * request.policies.len() - usize::from(request.reserve);
+        debug_assert_eq!(overridable % IN_FORCE, 0);
         if rest.len() < length {
             return Err(short_reply(reply.len()));
         }
@@ -448,9 +461,17 @@ pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Repl
                 .chunks_exact(4)
                 .map(answer)
                 .collect::<Result<_, _>>()?,
-            limits: limits
-                .iter()
-                .map(|&l| u64::try_from(l).unwrap_or(0))
+            in_force: limits
+                .chunks_exact(IN_FORCE)
+                .map(|numbers| {
+                    let [limit, window_ms, burst] =
+                        [0, 1, 2].map(|i| u64::try_from(numbers[i]).unwrap_or(0));
+                    InForce {
+                        limit,
+                        window_ms,
+                        burst,
+                    }
+                })
                 .collect(),
             taken_at_us: taken
                 .first()
