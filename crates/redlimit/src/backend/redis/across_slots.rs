@@ -9,7 +9,9 @@
 //! atomic check against that limit; what other requests see meanwhile is only ever less quota
 //! (the part taken, for the round trip of the give-back), never more. If a group's primary dies
 //! between its take and the give-back, what it took stays taken until its window passes: a
-//! refused request may then have spent quota, but never is one request too many admitted.
+//! refused request may then have spent quota, but never is one request too many admitted. The
+//! same holds for a take whose answer did not come within the budget: whether it ran is
+//! unknown, so nothing is given back for it.
 
 use std::borrow::Cow;
 

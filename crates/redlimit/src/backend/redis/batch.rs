@@ -158,11 +158,12 @@ impl RedisBackend {
             return;
         }
         let call = Call::joined(group.iter().map(|w| &w.member.call));
-        let reply = within(
-            deadline,
-            self.call_script(&call, self.inner.scripts.of(None)),
-        )
-        .await;
+        let reply = self
+            .within(
+                deadline,
+                self.call_script(&call, self.inner.scripts.of(None)),
+            )
+            .await;
         let rest = match reply {
             // Failed at the first check, before any was decided.
             Err(err) if err.is_corrupt_state() => group,
@@ -185,24 +186,28 @@ impl RedisBackend {
     async fn send_alone(&self, waiting: Waiting) {
         let member = &waiting.member;
         let script = self.inner.scripts.of(member.lean);
-        let reply = within(member.deadline, self.call_script(&member.call, script)).await;
+        let reply = self
+            .within(member.deadline, self.call_script(&member.call, script))
+            .await;
         answer(vec![waiting], reply);
     }
-}
 
-/// `call`, or a timeout at `deadline`.
-async fn within(
-    deadline: Instant,
-    call: impl Future<Output = Result<Vec<i64>, Error>>,
-) -> Result<Vec<i64>, Error> {
-    tokio::time::timeout_at(deadline, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::Timeout,
-                "redis did not answer a batch within its checks' budgets",
-            ))
-        })
+    /// `call`, or a timeout at `deadline`.
+    async fn within(
+        &self,
+        deadline: Instant,
+        call: impl Future<Output = Result<Vec<i64>, Error>>,
+    ) -> Result<Vec<i64>, Error> {
+        tokio::time::timeout_at(deadline, call)
+            .await
+            .unwrap_or_else(|_| {
+                self.after_timeout();
+                Err(Error::new(
+                    ErrorKind::Timeout,
+                    "redis did not answer a batch within its checks' budgets",
+                ))
+            })
+    }
 }
 
 /// Hands each member its part of `reply`; a failed call fails each one, counted once by a

@@ -13,6 +13,7 @@ use deadpool_redis::redis::{
     aio::{ConnectionLike, MultiplexedConnection},
     cluster::{ClusterClient, ClusterClientBuilder},
     cluster_async::{ClusterConnection, Connect},
+    cluster_routing::{RoutingInfo, SingleNodeRoutingInfo},
 };
 
 /// A connection to the Cluster: one per node, each with its replies bounded.
@@ -93,3 +94,31 @@ pub(crate) type ClusterPool = managed::Pool<ClusterManager>;
 
 /// A connection checked out of a [`ClusterPool`].
 pub(crate) type ClusterObject = managed::Object<ClusterManager>;
+
+/// How long a Cluster client may leave every probe unanswered before it is taken for stalled:
+/// a `PING` to a node it holds a connection to is answered within a millisecond on a live
+/// network.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Probes sent at once, each to a node of the client's choosing: one node that stopped
+/// answering leaves them all unanswered only if each picked it.
+const PROBES: usize = 3;
+
+/// Whether `client` still answers: any reply or error to one of its probes within
+/// [`PROBE_WAIT`].
+pub(crate) async fn answers(client: Cluster) -> bool {
+    let probes = (0..PROBES).map(|_| {
+        let mut client = client.clone();
+        Box::pin(async move {
+            client
+                .route_command(
+                    deadpool_redis::redis::cmd("PING"),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                )
+                .await
+        })
+    });
+    tokio::time::timeout(PROBE_WAIT, futures_util::future::select_all(probes))
+        .await
+        .is_ok()
+}

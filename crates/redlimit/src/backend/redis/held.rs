@@ -14,6 +14,9 @@ use crate::{Error, ErrorKind};
 pub(super) struct Shared {
     held: Option<Held>,
     generation: u64,
+    /// Whether a Cluster client is being asked if it still answers (one probe at a time).
+    #[cfg(feature = "cluster")]
+    probing: bool,
 }
 
 impl RedisBackend {
@@ -56,9 +59,13 @@ impl RedisBackend {
     /// client repairs each node's connection itself, and a dead node's failures must not cost
     /// the live nodes' checks a new connection (its slot map, a socket per node).
     pub(super) fn discard(&self, generation: u64) {
-        if self.is_cluster() {
-            return;
+        if !self.is_cluster() {
+            self.give_up(generation);
         }
+    }
+
+    /// Gives up the connection of `generation`, whatever the topology.
+    fn give_up(&self, generation: u64) {
         let mut shared = self.lock();
         if shared.generation == generation {
             shared.generation += 1;
@@ -68,14 +75,56 @@ impl RedisBackend {
         }
     }
 
-    /// The error of a command that ran out of the budget. A command that hangs may be stuck
-    /// behind a dead connection: the next one takes a fresh connection.
+    /// The error of a command that ran out of the budget (see [`after_timeout`](Self::after_timeout)).
     pub(super) fn timed_out(&self, budget: Duration) -> Error {
-        let generation = self.lock().generation;
-        self.discard(generation);
+        self.after_timeout();
         Error::new(
             ErrorKind::Timeout,
             format!("redis did not answer within the budget of {budget:?}"),
         )
+    }
+
+    /// What a command that ran out of time leaves to do. It may be stuck behind a dead
+    /// connection: the next one takes a fresh connection. On a Cluster one node's silence is
+    /// no reason to give up the others' connections, but the client itself is asked whether it
+    /// still answers.
+    pub(super) fn after_timeout(&self) {
+        let generation = self.lock().generation;
+        self.discard(generation);
+        #[cfg(feature = "cluster")]
+        self.probe(generation);
+    }
+
+    /// Asks the held Cluster client whether it still answers, and gives it up for a fresh one
+    /// when it does not. redis-rs 1.8's Cluster client can stall for good: a slot refresh
+    /// queued on its own lock behind a request it no longer polls, or waiting on a node that
+    /// stopped answering. Every command then waits, whichever node it names; seen after a
+    /// primary was killed under load, with every later check timing out for minutes. The
+    /// stalled client's task cannot be stopped from outside: it stays, idle, with its sockets.
+    #[cfg(feature = "cluster")]
+    fn probe(&self, generation: u64) {
+        let client = {
+            let mut shared = self.lock();
+            if shared.probing || shared.generation != generation {
+                return;
+            }
+            let Some(Conn::Cluster(client)) = shared.held.as_ref().map(Held::conn) else {
+                return;
+            };
+            shared.probing = true;
+            client
+        };
+        let backend = self.clone();
+        tokio::spawn(async move {
+            let answers = super::cluster_pool::answers(client).await;
+            backend.lock().probing = false;
+            if !answers {
+                tracing::warn!(
+                    target: "redlimit",
+                    "the Redis Cluster client stopped answering; connecting afresh"
+                );
+                backend.give_up(generation);
+            }
+        });
     }
 }
