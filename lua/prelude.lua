@@ -40,9 +40,9 @@ local NEVER = -2
 -- The protocol's flags (see protocol.lua): a request's, then a policy's. Flags holds flag when
 -- flags % (2 * flag) >= flag: Redis's Lua has no bit operators, and a call per test would cost
 -- more than the arithmetic.
-local ONCE, RESERVE, TAKEN_AT, REPEAT = 1, 2, 4, 8
+local ONCE, RESERVE, TAKEN_AT, REPEAT, LEASE = 1, 2, 4, 8, 16
 -- A request's head: its flags plus SET_STEP times its set's number.
-local SET_STEP = 16
+local SET_STEP = 32
 local OVERRIDES, BAN, DELAY = 1, 2, 4
 -- Globals read once per script run, not at every use.
 local floor, ceil, max, min, match, format = math.floor, math.ceil, math.max, math.min, string.match,

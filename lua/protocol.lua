@@ -5,12 +5,14 @@
 -- number of policies, then each policy: algorithm, limit, window (ms), burst, its flags
 -- (OVERRIDES, BAN, DELAY), then the ban's after, within, for and max (ms) when BAN, the longest
 -- delay (ms) when DELAY. Then each request, to the end: its cost, its head (its flags ONCE,
--- RESERVE, TAKEN_AT, REPEAT, plus SET_STEP times its set's number), the request id's window
--- (ms) when ONCE, the reservation's time (us) when TAKEN_AT, and when REPEAT how many requests
--- it stands for: a run of requests of one cost and set, without other flags, whose keys follow
--- one another.
+-- RESERVE, TAKEN_AT, REPEAT, LEASE, plus SET_STEP times its set's number), the request id's
+-- window (ms) when ONCE, the reservation's time (us) when TAKEN_AT, its concurrency limit's
+-- limit, lease TTL (ms) and lease id when LEASE, and when REPEAT how many requests it stands
+-- for: a run of requests of one cost and set, without other flags, whose keys follow one
+-- another.
 -- KEYS: each request's request id key when ONCE, then its set's policies' in order, each its
--- key, its override key when OVERRIDES, and its strikes and ban keys when BAN.
+-- key, its override key when OVERRIDES, and its strikes and ban keys when BAN, then its lease
+-- set's key when LEASE.
 
 -- The call's policy sets, read once per call: each set a list of policies, each policy a table
 -- of its algorithm's functions and numbers, plain when it is one policy without overrides or
@@ -54,8 +56,8 @@ end
 
 -- The request whose arguments start at argv[a]: its cost, its set's number, whether it is a
 -- reservation, the request id's window (ms) or nil, the reservation's time (us) or nil, where
--- the next request begins, and how many requests it stands for. number: tonumber, or one that
--- keeps what it converted.
+-- the next request begins, how many requests it stands for, and its lease (limit, ttl, id) or
+-- nil. number: tonumber, or one that keeps what it converted.
 local function read_request(argv, a, number)
   number = number or tonumber
   local cost, head = number(argv[a]), number(argv[a + 1])
@@ -70,11 +72,17 @@ local function read_request(argv, a, number)
     taken_at = tonumber(argv[a])
     a = a + 1
   end
-  if flags >= REPEAT then
+  local lease = nil
+  if flags >= LEASE then
+    lease = { limit = number(argv[a]), ttl = number(argv[a + 1]), id = argv[a + 2] }
+    a = a + 3
+  end
+  if flags % (2 * REPEAT) >= REPEAT then
     repeats = number(argv[a])
     a = a + 1
   end
-  return cost, (head - flags) / SET_STEP, flags % (2 * RESERVE) >= RESERVE, once_window, taken_at, a, repeats
+  return cost, (head - flags) / SET_STEP, flags % (2 * RESERVE) >= RESERVE, once_window, taken_at, a, repeats,
+    lease
 end
 
 -- The key and numbers policy p checks its client by (an override's, when it reads one in

@@ -1,4 +1,4 @@
--- Entry renewing a concurrency lease. KEYS[1]: the lease set. ARGV: now (see clock), unused (the limit in acquire.lua),
+-- Entry renewing a concurrency lease. KEYS[1]: the lease set. ARGV: now (see clock), unused (0),
 -- the lease TTL (ms), the lease id. Reply: { 1 } when the lease was still held and now lives
 -- ttl more, { 0 } when it had expired (its slot may be someone else's).
 local key, ttl, id = KEYS[1], tonumber(ARGV[3]), ARGV[4]

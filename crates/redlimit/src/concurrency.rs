@@ -11,7 +11,10 @@ use std::{
     time::Duration,
 };
 
-use crate::{ConfigError, Decision, Error, Limiter, RetryAfter, config_error::validate_name};
+use crate::{
+    Backend, ConfigError, Decision, Error, KeyScheme, Reason, RetryAfter, backend::Acquired,
+    config_error::validate_name,
+};
 
 /// When a denied request may try again: leases are usually given back long before they expire,
 /// so the earliest expiry is only an upper bound.
@@ -25,30 +28,39 @@ const MAX_LEASE_TTL_MS: u64 = 86_400_000;
 /// `lease_ttl` unless renewed, so a process that crashed while holding leases frees their slots
 /// within that time.
 ///
+/// A member of a [`PolicySet`](crate::PolicySet) ([`with_concurrency`](crate::PolicySet::with_concurrency)):
+/// a check takes a lease only when every rate policy admits, and its policies take only when
+/// the lease is granted, in one step. The admitted check's [`Decisions`](crate::Decisions) hold
+/// the lease; it is given back when the last of them is dropped.
+///
 /// ```
 /// use std::time::Duration;
-/// use redlimit::{ConcurrencyPolicy, Limiter, MemoryBackend};
+/// use redlimit::{Algorithm, ConcurrencyPolicy, Limiter, MemoryBackend, Policy, PolicySet};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let limiter = Limiter::new(MemoryBackend::default());
-/// let two = ConcurrencyPolicy::builder("in-flight").limit(2).build()?;
-/// let (first, lease) = limiter.acquire(&two, "alice").await?;
-/// assert!(first.allowed);
-/// let (second, _held) = limiter.acquire(&two, "alice").await?;
-/// assert_eq!(second.remaining, 0);
-/// let (third, none) = limiter.acquire(&two, "alice").await?;
-/// assert!(!third.allowed && none.is_none());
-/// lease.expect("granted").release().await?;
-/// assert!(limiter.acquire(&two, "alice").await?.0.allowed, "a slot came free");
+/// let per_minute = Policy::builder("per-minute", Algorithm::FixedWindow)
+///     .limit(10)
+///     .window(Duration::from_secs(60))
+///     .build()?;
+/// let one_at_once = ConcurrencyPolicy::builder("in-flight").limit(1).build()?;
+/// let set = PolicySet::from(per_minute).with_concurrency(one_at_once)?;
+/// let first = limiter.check(&set, "alice").await?;
+/// assert!(first.allowed() && first.lease().is_some());
+/// let second = limiter.check(&set, "alice").await?;
+/// assert!(!second.allowed());
+/// assert_eq!(second[0].remaining, 9, "the refused request spent no rate quota");
+/// drop(first);
+/// assert!(limiter.check(&set, "alice").await?.allowed(), "the slot came free");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConcurrencyPolicy {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 struct Inner {
     name: Arc<str>,
     limit: u64,
@@ -79,6 +91,38 @@ impl ConcurrencyPolicy {
     /// How long a lease lives unless renewed.
     pub fn lease_ttl(&self) -> Duration {
         Duration::from_millis(self.inner.lease_ttl_ms)
+    }
+
+    pub(crate) fn lease_ttl_ms(&self) -> u64 {
+        self.inner.lease_ttl_ms
+    }
+
+    /// The key of `client`'s lease set.
+    pub(crate) fn key(&self, keys: &KeyScheme, client: &str) -> String {
+        keys.named(&self.inner.name, &self.inner.key_suffix, client)
+    }
+
+    /// The decision of a check's lease: `remaining` the free slots after it; when refused,
+    /// `retry_after` 1 s, or when the earliest lease expires if sooner, since leases are
+    /// usually given back long before.
+    pub(crate) fn decision(&self, acquired: Acquired, reason: Reason) -> Decision {
+        let inner = &self.inner;
+        Decision {
+            allowed: acquired.granted,
+            limit: inner.limit,
+            remaining: acquired.free,
+            reset_after: Duration::ZERO,
+            retry_after: (!acquired.granted).then(|| {
+                RetryAfter::After(Duration::from_millis(acquired.wait_ms).min(POLITE_RETRY))
+            }),
+            delay: Duration::ZERO,
+            policy: Arc::clone(&inner.name),
+            reason,
+            banned: false,
+            window: Duration::ZERO,
+            burst: inner.limit,
+            overridden: false,
+        }
     }
 }
 
@@ -146,18 +190,16 @@ impl ConcurrencyPolicyBuilder {
     }
 }
 
-/// A slot of a [`ConcurrencyPolicy`], held until [`release`](Self::release)d or dropped (a
-/// dropped lease is given back by a task on the current tokio runtime; without one, it
-/// expires after its TTL).
-#[must_use = "a lease holds a slot until released or dropped"]
+/// A slot of a [`ConcurrencyPolicy`], held by the [`Decisions`](crate::Decisions) of the
+/// check that took it and given back when the last of them is dropped (by a task on the
+/// current tokio runtime for a lease on Redis; without one, it expires after its TTL).
 pub struct Lease {
-    limiter: Limiter,
+    backend: Backend,
     key: String,
     id: String,
     ttl_ms: u64,
-    held: bool,
-    /// The task renewing it, with [`keep_alive`](Self::keep_alive).
-    keeper: Option<tokio::task::AbortHandle>,
+    /// The task renewing it, once [`keep_alive`](Self::keep_alive) started one.
+    keeper: OnceLock<tokio::task::AbortHandle>,
 }
 
 impl fmt::Debug for Lease {
@@ -169,24 +211,41 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
+    /// Lease `id` in the set at `key`, taken on `backend` for `ttl_ms`.
+    pub(crate) fn new(backend: Backend, key: String, id: String, ttl_ms: u64) -> Self {
+        Self {
+            backend,
+            key,
+            id,
+            ttl_ms,
+            keeper: OnceLock::new(),
+        }
+    }
+
     /// Extends the lease to a whole TTL from now, for a request that runs long; whether it was
     /// still held (`false`: it had expired, and its slot may be someone else's).
     ///
     /// # Errors
-    /// As [`Limiter::check`].
+    /// As [`Limiter::check`](crate::Limiter::check).
     pub async fn renew(&self) -> Result<bool, Error> {
-        renew(&self.limiter, &self.key, &self.id, self.ttl_ms).await
+        self.backend
+            .renew_lease(&self.key, &self.id, self.ttl_ms)
+            .await
     }
 
-    /// Keeps the lease alive while it is held, for requests that may run longer than its TTL:
-    /// a task on the current tokio runtime renews it every third of its TTL until it is
-    /// released or dropped (or found expired). Without a runtime, the lease is returned as is.
-    pub fn keep_alive(mut self) -> Self {
+    /// Keeps the lease alive while it is held, for requests that may run longer than its TTL
+    /// (a response that streams): a task on the current tokio runtime renews it every third
+    /// of its TTL until it is given back (or found expired). Once per lease; without a
+    /// runtime, nothing.
+    pub fn keep_alive(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return self;
+            return;
         };
-        let (limiter, key, id, ttl_ms) = (
-            self.limiter.clone(),
+        if self.keeper.get().is_some() {
+            return;
+        }
+        let (backend, key, id, ttl_ms) = (
+            self.backend.clone(),
             self.key.clone(),
             self.id.clone(),
             self.ttl_ms,
@@ -196,113 +255,42 @@ impl Lease {
             loop {
                 tokio::time::sleep(every).await;
                 // An error is retried at the next turn; an expired lease is not renewed.
-                if let Ok(false) = renew(&limiter, &key, &id, ttl_ms).await {
+                if let Ok(false) = backend.renew_lease(&key, &id, ttl_ms).await {
                     return;
                 }
             }
         });
-        self.keeper = Some(keeper.abort_handle());
-        self
-    }
-
-    /// Gives the slot back.
-    ///
-    /// # Errors
-    /// As [`Limiter::check`]; the lease then expires after its TTL.
-    pub async fn release(mut self) -> Result<(), Error> {
-        self.held = false;
-        if let Some(keeper) = self.keeper.take() {
+        if let Err(keeper) = self.keeper.set(keeper.abort_handle()) {
             keeper.abort();
         }
-        release(&self.limiter, &self.key, &self.id).await
     }
-}
-
-async fn renew(limiter: &Limiter, key: &str, id: &str, ttl_ms: u64) -> Result<bool, Error> {
-    limiter.backend().renew_lease(key, id, ttl_ms).await
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(keeper) = self.keeper.take() {
+        if let Some(keeper) = self.keeper.get() {
             keeper.abort();
         }
-        if !self.held {
-            return;
-        }
-        let (limiter, key, id) = (
-            self.limiter.clone(),
+        let (backend, key, id) = (
+            self.backend.clone(),
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.id),
         );
-        if limiter.backend().release_lease_in_process(&key, &id) {
+        if backend.release_lease_in_process(&key, &id) {
             // Done: nothing to wait for.
         } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 // On failure the lease expires after its TTL.
-                let _ = release(&limiter, &key, &id).await;
+                let _ = backend.release_lease(&key, &id).await;
             });
         }
     }
 }
 
-async fn release(limiter: &Limiter, key: &str, id: &str) -> Result<(), Error> {
-    limiter.backend().release_lease(key, id).await
-}
-
 /// A lease id unique to this process's run and never reused in it.
-fn lease_id() -> String {
+pub(crate) fn lease_id() -> String {
     static RUN: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let run = RUN.get_or_init(|| RandomState::new().hash_one(std::process::id()));
     format!("{run:016x}{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-impl Limiter {
-    /// Takes a slot of `policy` for `client` if fewer than its limit are held: the decision
-    /// (`remaining`: the free slots after it; when denied, `retry_after`: 1 s, or when the
-    /// earliest lease expires if sooner, since leases are usually given back long before) and
-    /// the lease.
-    /// On Redis, one script call that also reclaims expired leases.
-    ///
-    /// # Errors
-    /// As [`check`](Self::check).
-    pub async fn acquire(
-        &self,
-        policy: &ConcurrencyPolicy,
-        client: &str,
-    ) -> Result<(Decision, Option<Lease>), Error> {
-        let inner = &policy.inner;
-        let key = self.keys().named(&inner.name, &inner.key_suffix, client);
-        let id = lease_id();
-        let (acquired, reason) = self
-            .backend()
-            .acquire_lease(&key, inner.limit, inner.lease_ttl_ms, &id)
-            .await?;
-        let decision = Decision {
-            allowed: acquired.granted,
-            limit: inner.limit,
-            remaining: acquired.free,
-            reset_after: Duration::ZERO,
-            retry_after: (!acquired.granted).then(|| {
-                RetryAfter::After(Duration::from_millis(acquired.wait_ms).min(POLITE_RETRY))
-            }),
-            delay: Duration::ZERO,
-            policy: Arc::clone(&inner.name),
-            reason,
-            banned: false,
-            window: Duration::ZERO,
-            burst: inner.limit,
-            overridden: false,
-        };
-        let lease = acquired.granted.then(|| Lease {
-            limiter: self.clone(),
-            key,
-            id,
-            ttl_ms: inner.lease_ttl_ms,
-            held: true,
-            keeper: None,
-        });
-        Ok((decision, lease))
-    }
 }

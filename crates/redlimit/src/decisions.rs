@@ -1,9 +1,9 @@
 use std::{ops::Deref, sync::Arc, time::Duration};
 
-use crate::{Decision, Error, PolicySet, Reason, RetryAfter};
+use crate::{Decision, Error, Lease, PolicySet, Reason, RetryAfter};
 
 /// The decisions of one check: one [`Decision`] per policy, in the order the policies were
-/// given, never empty. The request passes only if [`allowed`](Self::allowed).
+/// given, then the set's concurrency limit's when it has one; never empty. The request passes only if [`allowed`](Self::allowed).
 ///
 /// Derefs to `[Decision]` for iterating and indexing.
 ///
@@ -38,6 +38,8 @@ pub struct Decisions {
     error: Option<Arc<Error>>,
     /// An admitted reservation: what a settle changes.
     reservation: Option<Arc<Reservation>>,
+    /// The lease of the set's concurrency limit, given back when the last clone drops.
+    lease: Option<Arc<Lease>>,
 }
 
 /// What an admitted reservation took: from whom, how much, and the backend's time it took it
@@ -66,7 +68,22 @@ impl Decisions {
             items,
             error: None,
             reservation: None,
+            lease: None,
         }
+    }
+
+    /// The decisions of an admitted check holding `lease`.
+    pub(crate) fn leased(mut self, lease: Lease) -> Self {
+        self.lease = Some(Arc::new(lease));
+        self
+    }
+
+    /// The lease of the set's concurrency limit (see
+    /// [`PolicySet::with_concurrency`](crate::PolicySet::with_concurrency)) that this admitted
+    /// check holds: shared by every clone of these decisions, and given back when the last
+    /// of them is dropped.
+    pub fn lease(&self) -> Option<&Lease> {
+        self.lease.as_deref()
     }
 
     /// The decisions of an admitted reservation.
@@ -152,11 +169,9 @@ impl Decisions {
             .unwrap_or(Duration::ZERO)
     }
 
-    /// These decisions and `decision`, of another limit checked for the same request (a
-    /// [`ConcurrencyPolicy`](crate::ConcurrencyPolicy)'s, say): the request passes only if it
-    /// allows too.
-    #[must_use]
-    pub fn and(mut self, decision: Decision) -> Self {
+    /// These decisions and `decision`, of the set's concurrency limit: the request passes only
+    /// if it allows too.
+    pub(crate) fn and(mut self, decision: Decision) -> Self {
         self.items.push(decision);
         self
     }
@@ -173,8 +188,8 @@ impl Decisions {
     /// raised by what was given back, or lowered (never below 0) by what was charged, for
     /// headers that tell what is left after the settle.
     ///
-    /// Only the reservation's own policies count: a concurrency limit's decision joined with
-    /// [`and`](Self::and) stays as it is.
+    /// Only the reservation's own policies count: the set's concurrency limit's decision stays
+    /// as it is.
     #[must_use]
     pub fn settled(mut self, actual: u64) -> Self {
         let Some(reservation) = &self.reservation else {

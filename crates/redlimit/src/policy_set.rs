@@ -1,6 +1,6 @@
 use std::{collections::HashSet, ops::Deref, sync::Arc};
 
-use crate::{ConfigError, Policy};
+use crate::{ConcurrencyPolicy, ConfigError, Policy};
 
 /// The policies one check decides together, all or nothing, validated once when the set is
 /// built: checks then never validate.
@@ -33,6 +33,7 @@ use crate::{ConfigError, Policy};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicySet {
     policies: Arc<[Policy]>,
+    concurrency: Option<ConcurrencyPolicy>,
 }
 
 impl PolicySet {
@@ -60,7 +61,42 @@ impl PolicySet {
                 with: "other policies in one set (a policy in delay mode is checked alone)",
             });
         }
-        Ok(Self { policies })
+        Ok(Self {
+            policies,
+            concurrency: None,
+        })
+    }
+
+    /// The same set with a concurrency limit as a member: a check takes one of its leases
+    /// only when every policy admits, and its policies take only when the lease is granted,
+    /// in one step (one script call on Redis). Its decision comes after the policies' in
+    /// [`Decisions`](crate::Decisions), which hold the lease (see
+    /// [`Decisions::lease`](crate::Decisions::lease)). Its client key is the check's first
+    /// (see [`CheckRequest::keys`](crate::CheckRequest::keys)).
+    ///
+    /// # Errors
+    /// [`ConfigError::Duplicate`] when a policy has its name, [`ConfigError::Conflict`] beside
+    /// a policy in delay mode (a request waiting for its slot would hold a lease meanwhile).
+    pub fn with_concurrency(mut self, concurrency: ConcurrencyPolicy) -> Result<Self, ConfigError> {
+        if self.policies.iter().any(|p| p.name() == concurrency.name()) {
+            return Err(ConfigError::Duplicate {
+                field: "policies",
+                value: concurrency.name().to_owned(),
+            });
+        }
+        if self.is_delayed() {
+            return Err(ConfigError::Conflict {
+                field: "max_delay",
+                with: "a concurrency limit (a request waiting for its slot would hold a lease)",
+            });
+        }
+        self.concurrency = Some(concurrency);
+        Ok(self)
+    }
+
+    /// The set's concurrency limit, if it has one.
+    pub fn concurrency(&self) -> Option<&ConcurrencyPolicy> {
+        self.concurrency.as_ref()
     }
 
     /// The largest cost every policy can grant: a larger one is denied for good.
@@ -82,6 +118,7 @@ impl From<Policy> for PolicySet {
     fn from(policy: Policy) -> Self {
         Self {
             policies: Arc::new([policy]),
+            concurrency: None,
         }
     }
 }

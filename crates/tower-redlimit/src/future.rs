@@ -8,12 +8,13 @@ use std::{
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use redlimit::Decisions;
+use redlimit::{Check, Decisions};
 use tower_service::Service;
 
 use crate::{
+    lease_body::hold_lease,
     rejection_body::rejection_body,
-    runtime::{Admission, HeldLease, Settle, Tier},
+    runtime::{Settle, Tier},
     waiting_room::Waiting,
 };
 
@@ -58,11 +59,10 @@ pin_project! {
     where
         S: Service<Request<B>>,
     {
-        // The check (and a concurrency limit's lease) waiting for Redis. Boxed: only such
-        // requests take this state, and the others should not carry (and move) a whole
-        // request's room in their future.
+        // The check waiting for Redis. Boxed: only such requests take this state, and the
+        // others should not carry (and move) a whole request's room in their future.
         Admitting {
-            admission: Admission,
+            admission: Check,
             pending: Option<Box<Pending<S, B>>>,
         },
         // Delay mode: the request waits for the slot its check reserved.
@@ -75,8 +75,6 @@ pin_project! {
             #[pin]
             future: S::Future,
             headers: Option<(Arc<Tier>, Decisions)>,
-            // Given back when the response is ready, or when the request is dropped.
-            lease: HeldLease,
         },
         // Counting by response: the reservation is settled at the cost the response says
         // before it is sent, so the client's next request finds the quota as settled; the
@@ -102,18 +100,17 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
     /// A check already decided: call the service or answer.
     pub(crate) fn decided(
         decisions: Decisions,
-        lease: HeldLease,
         service: &mut S,
         request: Request<B>,
         tier: &Arc<Tier>,
     ) -> Self {
         Self {
-            state: decide(decisions, lease, service, request, tier),
+            state: decide(decisions, service, request, tier),
         }
     }
 
     pub(crate) fn admitting(
-        admission: Admission,
+        admission: Check,
         service: S,
         request: Request<B>,
         tier: Arc<Tier>,
@@ -135,7 +132,6 @@ impl<S: Service<Request<B>> + Clone, B> ResponseFuture<S, B> {
             state: State::Calling {
                 future,
                 headers: None,
-                lease: None,
             },
         }
     }
@@ -163,7 +159,6 @@ struct Delayed<S, B> {
     request: Request<B>,
     tier: Arc<Tier>,
     decisions: Decisions,
-    lease: HeldLease,
     _waiting: Waiting,
 }
 
@@ -171,7 +166,6 @@ struct Delayed<S, B> {
 /// the wait for its slot in delay mode, or the request is answered without it.
 fn decide<S: Service<Request<B>> + Clone, B>(
     decisions: Decisions,
-    lease: HeldLease,
     service: &mut S,
     request: Request<B>,
     tier: &Arc<Tier>,
@@ -183,7 +177,7 @@ fn decide<S: Service<Request<B>> + Clone, B>(
     }
     let delay = decisions.delay();
     if delay.is_zero() {
-        return call(decisions, lease, service, request, tier);
+        return call(decisions, service, request, tier);
     }
     let Some(waiting) = tier.wait() else {
         return State::Answered {
@@ -199,7 +193,6 @@ fn decide<S: Service<Request<B>> + Clone, B>(
             request,
             tier: Arc::clone(tier),
             decisions,
-            lease,
             _waiting: waiting,
         })),
     }
@@ -209,18 +202,20 @@ fn decide<S: Service<Request<B>> + Clone, B>(
 /// can show the daily quota while the per-second one is tighter), and the most restrictive.
 fn call<S: Service<Request<B>>, B>(
     decisions: Decisions,
-    lease: HeldLease,
     service: &mut S,
     mut request: Request<B>,
     tier: &Arc<Tier>,
 ) -> State<S, B> {
+    // Renewed while the service runs and its body streams, until the last decisions drop.
+    if let Some(lease) = decisions.lease() {
+        lease.keep_alive();
+    }
     let extensions = request.extensions_mut();
     extensions.insert(decisions.most_restrictive().clone());
     extensions.insert(decisions.clone());
     State::Calling {
         future: service.call(request),
         headers: Some((Arc::clone(tier), decisions)),
-        lease,
     }
 }
 
@@ -236,11 +231,10 @@ where
         loop {
             match state.as_mut().project() {
                 StateProj::Admitting { admission, pending } => {
-                    let (decisions, lease) = ready!(Pin::new(admission).poll(cx));
+                    let decisions = ready!(Pin::new(admission).poll(cx));
                     let mut pending = *pending.take().expect("polled after completion");
                     let next = decide(
                         decisions,
-                        lease,
                         &mut pending.service,
                         pending.request,
                         &pending.tier,
@@ -255,19 +249,15 @@ where
                         request,
                         tier,
                         decisions,
-                        lease,
                         ..
                     } = delayed;
-                    state.set(call(decisions, lease, &mut service, request, &tier));
+                    state.set(call(decisions, &mut service, request, &tier));
                 }
-                StateProj::Calling {
-                    future,
-                    headers,
-                    lease,
-                } => {
+                StateProj::Calling { future, headers } => {
                     let mut response = ready!(future.poll(cx))?;
-                    drop(lease.take());
                     if let Some((tier, decisions)) = headers.take() {
+                        // The lease, if the check holds one, goes with the body.
+                        response = hold_lease(response, &decisions);
                         if response.status().is_server_error() {
                             tier.series.service_failed();
                         }

@@ -5,7 +5,7 @@ use std::{fmt::Write as _, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use redlimit::{ConcurrencyPolicy, Decision, Decisions, Policy, Reason, RetryAfter};
+use redlimit::{Decision, Decisions, PolicySet, Reason, RetryAfter};
 
 /// Which rate-limit headers responses carry; see
 /// [`RateLimitLayer::headers`](crate::RateLimitLayer::headers).
@@ -59,22 +59,15 @@ pub(crate) fn seconds_up(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The `RateLimit-Policy` value of `policies` and a concurrency limit, the same on every
+/// The `RateLimit-Policy` value of `policies` and their concurrency limit, the same on every
 /// response: `"name";q=100;w=60, "in-flight";q=5;qu="concurrent-requests"`.
-pub(crate) fn policy_value(
-    policies: &[Policy],
-    concurrency: Option<&ConcurrencyPolicy>,
-) -> HeaderValue {
-    policy_value_of(policies, concurrency, None)
+pub(crate) fn policy_value(policies: &PolicySet) -> HeaderValue {
+    policy_value_of(policies, None)
 }
 
 /// The `RateLimit-Policy` value for a client whose `decisions` report other limits than
 /// `policies` (a per-client override).
-pub(crate) fn policy_value_of(
-    policies: &[Policy],
-    concurrency: Option<&ConcurrencyPolicy>,
-    decisions: Option<&Decisions>,
-) -> HeaderValue {
+pub(crate) fn policy_value_of(policies: &PolicySet, decisions: Option<&Decisions>) -> HeaderValue {
     let mut value = String::new();
     for (i, p) in policies.iter().enumerate() {
         let separator = if value.is_empty() { "" } else { ", " };
@@ -89,7 +82,7 @@ pub(crate) fn policy_value_of(
             seconds_up(window)
         );
     }
-    if let Some(p) = concurrency {
+    if let Some(p) = policies.concurrency() {
         let _ = write!(
             value,
             ", \"{}\";q={};qu=\"concurrent-requests\"",

@@ -2,7 +2,7 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Response, StatusCode, request::Parts};
-use redlimit::{ConcurrencyPolicy, GuardedLimiter};
+use redlimit::GuardedLimiter;
 use tower_layer::Layer;
 
 use crate::{
@@ -167,34 +167,6 @@ impl RateLimitLayer {
         self
     }
 
-    /// Besides the rate policies, at most `policy.limit()` requests of one key in flight at
-    /// once (Stripe's concurrent-requests limiter): after the rate check, the request takes a
-    /// lease, held until the service's response is ready or the request is dropped, and a
-    /// request with every slot taken gets 429. The guard's budget and failure policy apply.
-    /// `RateLimit-Policy` lists it with `qu="concurrent-requests"`. Defaults to none.
-    ///
-    /// A lease is kept alive while its request runs ([`Lease::keep_alive`](redlimit::Lease::keep_alive))
-    /// and given back when the response head is ready (a streamed body may still be sending)
-    /// or the request is dropped. A process that dies holding leases frees them after their TTL.
-    ///
-    /// ```
-    /// use redlimit::{Algorithm, ConcurrencyPolicy, GuardedLimiter, Limiter, MemoryBackend, Policy};
-    /// use tower_redlimit::RateLimitLayer;
-    ///
-    /// let per_minute = Policy::builder("per-minute", Algorithm::Gcra)
-    ///     .limit(100)
-    ///     .window(std::time::Duration::from_secs(60))
-    ///     .build()?;
-    /// let two_at_once = ConcurrencyPolicy::builder("in-flight").limit(2).build()?;
-    /// let layer = RateLimitLayer::new(GuardedLimiter::builder(Limiter::new(MemoryBackend::default()), per_minute).build())
-    ///     .concurrency(two_at_once);
-    /// # Ok::<(), redlimit::ConfigError>(())
-    /// ```
-    pub fn concurrency(mut self, policy: ConcurrencyPolicy) -> Self {
-        self.settings().concurrency = Some(policy);
-        self
-    }
-
     /// Clients served without any limit and without a backend call (partners, health checkers,
     /// your own offices). The deny list is checked first. Defaults to none.
     pub fn allow(mut self, list: AccessList) -> Self {
@@ -219,7 +191,7 @@ impl RateLimitLayer {
     /// `tiers` by its position (an API key's plan, a method, a route); a request it names none
     /// for, or a position past the end, is limited by the layer's own guard. Each tier is a
     /// [`GuardedLimiter`], its policies validated when it was built, never per request; keys,
-    /// headers, lists and the concurrency limit are the layer's. Defaults to none.
+    /// headers and lists are the layer's. Defaults to none.
     ///
     /// ```
     /// use std::time::Duration;

@@ -102,6 +102,7 @@ mod headers;
 mod http_metrics;
 mod key;
 mod layer;
+mod lease_body;
 mod limited;
 mod missing_key;
 mod rejection_body;

@@ -87,7 +87,7 @@ impl Limited {
     /// Adds this check's rate-limit headers to `headers` where they are not set yet.
     pub fn add_headers(&self, headers: &mut HeaderMap) {
         // Per client: an override's numbers are the client's own.
-        let policy = policy_value_of(&self.policies, None, Some(&self.decisions));
+        let policy = policy_value_of(&self.policies, Some(&self.decisions));
         headers::add(headers, self.headers, &policy, &self.decisions);
     }
 

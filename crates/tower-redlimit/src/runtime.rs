@@ -1,18 +1,11 @@
 //! What every service of one layer shares while it runs: the settings all tiers share (key, cost,
 //! lists, how answers are written), each tier (a guard and its headers), and the admission path.
 
-use std::{
-    borrow::Cow,
-    future::Future,
-    pin::Pin,
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{borrow::Cow, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header, request::Parts};
-use redlimit::{Check, ConcurrencyPolicy, Decisions, GuardedLimiter, Lease};
+use redlimit::{Check, Decisions, GuardedLimiter};
 
 use crate::{
     AccessList, HeaderStyle, KeyExtractor, MissingKey, Served,
@@ -35,8 +28,6 @@ pub(crate) type SettleFn = dyn Fn(&Served<'_>, u64) -> u64 + Send + Sync;
 /// and how answers are written.
 #[derive(Clone)]
 pub(crate) struct Settings {
-    /// In flight at once per key, checked after the rate policies.
-    pub(crate) concurrency: Option<ConcurrencyPolicy>,
     key: Arc<dyn KeyExtractor>,
     /// The body of [`missing_key_response`](Self::missing_key_response), written once.
     missing_key_text: String,
@@ -111,46 +102,11 @@ enum Listed {
 pub(crate) enum Admit<'a> {
     Pass,
     Answer(Response<Bytes>),
-    Check(Admission, &'a Arc<Tier>),
+    Check(Check, &'a Arc<Tier>),
 }
-
-/// A concurrency lease held while the service runs. Boxed: most layers have no concurrency
-/// limit, and every request's future would otherwise carry (and move) a lease's room.
-pub(crate) type HeldLease = Option<Box<Lease>>;
 
 /// A settle a response owes its reservation: the decisions after it, when it changed them.
 pub(crate) type Settle = Pin<Box<dyn Future<Output = Option<Decisions>> + Send>>;
-
-/// The rate check of a request and, when it has a concurrency limit, then its lease: their
-/// decisions together, decided already (see [`into_ready`](Self::into_ready)) or to await.
-pub(crate) enum Admission {
-    Check(Check),
-    Leasing(Pin<Box<dyn Future<Output = (Decisions, HeldLease)> + Send>>),
-}
-
-impl Admission {
-    /// The decisions if they are already made, else the admission to await.
-    pub(crate) fn into_ready(self) -> Result<(Decisions, HeldLease), Self> {
-        match self {
-            Self::Check(check) => match check.into_ready() {
-                Ok(decisions) => Ok((decisions, None)),
-                Err(waiting) => Err(Self::Check(waiting)),
-            },
-            leasing @ Self::Leasing(_) => Err(leasing),
-        }
-    }
-}
-
-impl Future for Admission {
-    type Output = (Decisions, HeldLease);
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            Self::Check(check) => Pin::new(check).poll(cx).map(|decisions| (decisions, None)),
-            Self::Leasing(leasing) => leasing.as_mut().poll(cx),
-        }
-    }
-}
 
 impl Settings {
     /// The defaults for a layer of `guard` (whose policy names label the waiting room's series).
@@ -158,7 +114,6 @@ impl Settings {
         Self {
             waiters: Arc::new(Waiters::new(DEFAULT_MAX_WAITING, guard)),
             keys_for: Vec::new(),
-            concurrency: None,
             missing_key_text: missing_key_text(key.as_ref()),
             key,
             cost: Arc::new(|_: &Parts| 1),
@@ -269,7 +224,7 @@ impl Runtime {
                 guard.policies().iter().map(own).collect()
             };
             Arc::new(Tier {
-                policy_header: policy_value(guard.policies(), settings.concurrency.as_ref()),
+                policy_header: policy_value(guard.policies()),
                 settings: Arc::clone(&settings),
                 series: Arc::clone(series),
                 guard: guard.clone(),
@@ -309,7 +264,7 @@ impl Runtime {
                     PolicyKeys::Pass => return Admit::Pass,
                     PolicyKeys::Answer(response) => return Admit::Answer(response),
                 };
-                Admit::Check(tier.admission(request, key, keys.as_deref()), tier)
+                Admit::Check(tier.check(request, &key, keys.as_deref()), tier)
             }
             Ok(None) => Admit::Pass,
             Err(status) => Admit::Answer(settings.missing_key_response(request, status)),
@@ -376,8 +331,7 @@ impl Tier {
 
     /// The check of `request` by `key` (and per policy by `keys`, when some have their own):
     /// counted once per request id when the layer reads one and the request carries it, and a
-    /// reservation when responses settle what counts or a concurrency limit may refuse it (see
-    /// [`admission`](Self::admission)).
+    /// reservation when responses settle what counts.
     fn check(&self, request: &Parts, key: &str, keys: Option<&[Cow<'_, str>]>) -> Check {
         let keys: Option<Vec<&str>> = keys.map(|keys| keys.iter().map(AsRef::as_ref).collect());
         let mut check = self.guard.check(key).cost(self.settings.cost_of(request));
@@ -397,46 +351,10 @@ impl Tier {
             });
             check = check.once(id, window);
         }
-        if self.settings.settle.is_some() || self.settings.concurrency.is_some() {
+        if self.settings.settle.is_some() {
             check = check.reserve();
         }
         check.start()
-    }
-
-    /// The rate check of `key`, then, if it allowed, a lease of the concurrency limit. A
-    /// refused lease gives back what the rate check took: a denied request consumes nothing.
-    fn admission(
-        &self,
-        request: &Parts,
-        key: Cow<'_, str>,
-        keys: Option<&[Cow<'_, str>]>,
-    ) -> Admission {
-        let check = self.check(request, &key, keys);
-        let Some(policy) = self.settings.concurrency.clone() else {
-            return Admission::Check(check);
-        };
-        let (guard, key) = (self.guard.clone(), key.into_owned());
-        Admission::Leasing(Box::pin(async move {
-            let decisions = check.await;
-            if !decisions.allowed() {
-                return (decisions, None);
-            }
-            let (decision, lease) = guard.acquire(&policy, &key).await;
-            let decisions = if !decision.allowed && decisions.reserved_cost().is_some() {
-                let given_back = guard.settle(&decisions, 0).await;
-                if given_back {
-                    decisions.settled(0)
-                } else {
-                    decisions
-                }
-            } else {
-                decisions
-            };
-            (
-                decisions.and(decision),
-                lease.map(|lease| Box::new(lease.keep_alive())),
-            )
-        }))
     }
 
     /// The settle a response owes its admitted reservation `decisions`: the part of the cost
@@ -495,11 +413,7 @@ impl Tier {
         let policies = self.guard.policies();
         // A client with an override sees its own limits.
         if decisions.iter().any(|d| d.overridden) {
-            let value = policy_value_of(
-                policies,
-                self.settings.concurrency.as_ref(),
-                Some(decisions),
-            );
+            let value = policy_value_of(policies, Some(decisions));
             return headers::add(response, self.settings.headers, &value, decisions);
         }
         headers::add(

@@ -105,9 +105,7 @@ where
         match admission.into_ready() {
             // Memory, a local block, an open circuit: the ready service is called (or not) now,
             // with no clone and no future kept.
-            Ok((decisions, lease)) => {
-                ResponseFuture::decided(decisions, lease, &mut self.inner, request, tier)
-            }
+            Ok(decisions) => ResponseFuture::decided(decisions, &mut self.inner, request, tier),
             Err(waiting) => {
                 // The call waits for Redis. The clone may not be ready: keep the one that is
                 // for the future, leave the clone in its place.

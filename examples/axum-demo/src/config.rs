@@ -740,8 +740,8 @@ impl Route {
             .map_err(|e| at(&e))
     }
 
-    /// Every policy a request of the route is checked by: `first` (the route's own, or its
-    /// tier's), then its `also` limits, as one set.
+    /// Every limit a request of the route is checked by: `first` (the route's own, or its
+    /// tier's), then its `also` limits and its concurrency limit, as one set.
     ///
     /// # Errors
     /// A message naming the route and the field.
@@ -760,7 +760,13 @@ impl Route {
             let what = format!("also {}", also.name);
             policies.push(builder.build().map_err(|e| at(&what, &e))?);
         }
-        PolicySet::new(policies).map_err(|e| at("also", &e))
+        let set = PolicySet::new(policies).map_err(|e| at("also", &e))?;
+        match self.concurrency_policy()? {
+            Some(concurrency) => set
+                .with_concurrency(concurrency)
+                .map_err(|e| at("concurrency", &e)),
+            None => Ok(set),
+        }
     }
 
     /// The route's policy for `tier`: its own numbers where `limits` gives none, named

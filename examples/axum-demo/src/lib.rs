@@ -144,9 +144,6 @@ pub fn app_with(config: &Config, limiter: &Limiter) -> Result<Router, ConfigFile
         if let Some(window) = route.idempotency_window {
             layer = layer.idempotency_window(window);
         }
-        if let Some(concurrency) = route.concurrency_policy()? {
-            layer = layer.concurrency(concurrency);
-        }
         if !route.limits.is_empty() {
             let names: Vec<String> = route.limits.keys().cloned().collect();
             let mut tiers = Vec::new();

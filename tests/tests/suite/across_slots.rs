@@ -339,3 +339,92 @@ async fn a_reservation_and_a_request_id_cover_every_slot() {
         "a retry shows the settled numbers"
     );
 }
+
+/// A concurrency limit in a set whose keys live in two slots: its lease is decided with the
+/// first key's group, a refusal by either group leaves the other's counter and the lease as
+/// they were, and a lease is given back when its check's decisions are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_limit_across_slots_is_all_or_nothing() {
+    use std::time::Instant;
+
+    let cluster = RedisCluster::start();
+    let limiter = limiter(&cluster, Duration::from_secs(5));
+    let one = redlimit::ConcurrencyPolicy::builder("in-flight")
+        .limit(1)
+        .build()
+        .expect("a valid policy");
+    let set = ip_and_key().with_concurrency(one).expect("a valid set");
+    let check = |keys: [&'static str; 2], cost: u64| {
+        let limiter = limiter.clone();
+        let set = set.clone();
+        async move {
+            limiter
+                .check(&set, "")
+                .keys(&keys)
+                .cost(cost)
+                .at(at_ms(T0))
+                .await
+                .expect("decided")
+        }
+    };
+    assert_ne!(
+        cluster.primary_of(&key_of(&limiter, "ip:1")),
+        cluster.primary_of(&key_of(&limiter, "key:1")),
+        "two primaries"
+    );
+    let first = check(["ip:1", "key:1"], 1).await;
+    assert!(first.allowed() && first.lease().is_some());
+    let refused = check(["ip:1", "key:2"], 1).await;
+    assert!(!refused.allowed() && refused.lease().is_none());
+    assert!(!refused[2].allowed, "refused by the concurrency limit");
+    assert_eq!(used(&limiter, "ip:1").await, 1, "the refusal took nothing");
+    assert_eq!(used(&limiter, "key:2").await, 0, "the refusal took nothing");
+    drop(first);
+    // Given back by a task: the next check is admitted once it ran.
+    let admitted_within = |keys: [&'static str; 2]| {
+        let check = &check;
+        async move {
+            let started = Instant::now();
+            loop {
+                let decisions = check(keys, 1).await;
+                if decisions.allowed() {
+                    return decisions;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "no slot came free"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let third = admitted_within(["ip:1", "key:3"]).await;
+    assert_eq!(used(&limiter, "ip:1").await, 2);
+    drop(third);
+    // A check of cost 0 takes nothing and says whether a slot is free.
+    let slot_free_within = || {
+        let check = &check;
+        async move {
+            let started = Instant::now();
+            while !check(["ip:9", "key:9"], 0).await[2].allowed {
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "the lease stayed held"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    slot_free_within().await;
+    // Refused by the key's group alone (40 more than key:1's 39 left): the IP group took its
+    // cost and the lease, and gives both back.
+    let by_key = check(["ip:3", "key:1"], KEY_LIMIT).await;
+    assert!(!by_key.allowed() && by_key.lease().is_none());
+    assert!(!by_key[1].allowed && by_key[0].allowed && by_key[2].allowed);
+    assert_eq!(
+        used(&limiter, "ip:3").await,
+        0,
+        "the IP group's take was given back"
+    );
+    slot_free_within().await;
+}

@@ -1,4 +1,5 @@
-//! Concurrency limits: leases in Redis and in memory, across instances, expiring after a crash.
+//! Concurrency limits as members of a policy set: leases in Redis and in memory, across
+//! instances, expiring after a crash, held by the response body.
 
 use std::{
     sync::{
@@ -8,7 +9,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redlimit::{ConcurrencyPolicy, Limiter, MemoryBackend, RetryAfter};
+use redlimit::{
+    Algorithm, ConcurrencyPolicy, Decision, Decisions, Limiter, MemoryBackend, Policy, PolicySet,
+    RetryAfter,
+};
 use redlimit_tests::RedisServer;
 
 use crate::support::both_backends;
@@ -21,14 +25,35 @@ fn policy(name: &str, limit: u64, ttl: Duration) -> ConcurrencyPolicy {
         .expect("a valid policy")
 }
 
-/// Acquires until granted, for at most `budget`: how long it took.
-async fn acquired_within(limiter: &Limiter, p: &ConcurrencyPolicy, budget: Duration) -> Duration {
+/// A generous rate limit with `concurrency` as a member.
+fn set(concurrency: ConcurrencyPolicy) -> PolicySet {
+    let generous = Policy::builder("per-minute", Algorithm::Gcra)
+        .limit(100_000)
+        .window(Duration::from_secs(60))
+        .build()
+        .expect("valid");
+    PolicySet::from(generous)
+        .with_concurrency(concurrency)
+        .expect("a valid set")
+}
+
+/// A check of `set` for `client`: its decisions, which hold the lease when granted.
+async fn acquire(limiter: &Limiter, set: &PolicySet, client: &str) -> Decisions {
+    limiter.check(set, client).await.expect("a check")
+}
+
+/// The concurrency limit's decision: the last.
+fn lease_decision(decisions: &Decisions) -> &Decision {
+    decisions.last().expect("a decision")
+}
+
+/// Checks until granted, for at most `budget`: how long it took.
+async fn acquired_within(limiter: &Limiter, p: &PolicySet, budget: Duration) -> Duration {
     let started = Instant::now();
     loop {
-        let (decision, lease) = limiter.acquire(p, "c").await.expect("acquire");
-        if let Some(lease) = lease {
-            assert!(decision.allowed);
-            lease.release().await.expect("release");
+        let decisions = acquire(limiter, p, "c").await;
+        if decisions.lease().is_some() {
+            assert!(decisions.allowed());
             return started.elapsed();
         }
         assert!(
@@ -43,43 +68,49 @@ async fn acquired_within(limiter: &Limiter, p: &ConcurrencyPolicy, budget: Durat
 async fn at_most_the_limit_is_held_and_released_slots_come_free() {
     let server = RedisServer::start();
     for (backend, limiter) in both_backends(&server) {
-        let p = policy("three", 3, Duration::from_secs(30));
+        let p = set(policy("three", 3, Duration::from_secs(30)));
         let mut held = Vec::new();
         for free in [2, 1, 0] {
-            let (decision, lease) = limiter.acquire(&p, "c").await.expect("acquire");
-            assert!(decision.allowed, "{backend}");
-            assert_eq!(decision.remaining, free, "{backend}");
-            held.push(lease.expect("a lease"));
+            let decisions = acquire(&limiter, &p, "c").await;
+            assert!(decisions.allowed(), "{backend}");
+            assert_eq!(lease_decision(&decisions).remaining, free, "{backend}");
+            assert!(decisions.lease().is_some(), "{backend}");
+            held.push(decisions);
         }
-        let (full, none) = limiter.acquire(&p, "c").await.expect("acquire");
-        assert!(!full.allowed && none.is_none(), "{backend}");
-        let Some(RetryAfter::After(wait)) = full.retry_after else {
+        let full = acquire(&limiter, &p, "c").await;
+        assert!(!full.allowed() && full.lease().is_none(), "{backend}");
+        assert!(
+            full[0].allowed,
+            "{backend}: refused by the concurrency limit alone"
+        );
+        let Some(RetryAfter::After(wait)) = lease_decision(&full).retry_after else {
             panic!("{backend}: a wait");
         };
         assert!(wait <= Duration::from_secs(30), "{backend}: {wait:?}");
-        assert!(
-            limiter
-                .acquire(&p, "other")
-                .await
-                .expect("acquire")
-                .0
-                .allowed,
-            "per client"
-        );
-        assert!(held[0].renew().await.expect("renew"), "{backend}");
-        held.remove(0).release().await.expect("release");
-        assert!(
-            limiter.acquire(&p, "c").await.expect("acquire").1.is_some(),
-            "{backend}"
-        );
+        assert!(acquire(&limiter, &p, "other").await.allowed(), "per client");
+        let lease = held[0].lease().expect("a lease");
+        assert!(lease.renew().await.expect("renew"), "{backend}");
+        drop(held.remove(0));
+        // Dropped leases are given back (on Redis by a task): the slot comes free.
+        held.push(acquire_eventually(&limiter, &p).await);
         drop(held);
-        // Dropped leases are given back (on Redis by a task): every slot comes free.
-        acquired_within(
-            &limiter,
-            &policy("three", 3, Duration::from_secs(30)),
-            Duration::from_secs(5),
-        )
-        .await;
+        acquired_within(&limiter, &p, Duration::from_secs(5)).await;
+    }
+}
+
+/// The decisions of a check granted a lease within 5 s.
+async fn acquire_eventually(limiter: &Limiter, p: &PolicySet) -> Decisions {
+    let started = Instant::now();
+    loop {
+        let decisions = acquire(limiter, p, "c").await;
+        if decisions.lease().is_some() {
+            return decisions;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no slot came free"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -88,14 +119,15 @@ async fn the_leases_of_a_crashed_holder_expire_after_their_ttl() {
     let server = RedisServer::start();
     for (backend, limiter) in both_backends(&server) {
         let ttl = Duration::from_millis(300);
-        let p = policy("crash", 2, ttl);
+        let p = set(policy("crash", 2, ttl));
         for _ in 0..2 {
-            let (_, lease) = limiter.acquire(&p, "c").await.expect("acquire");
+            let decisions = acquire(&limiter, &p, "c").await;
+            assert!(decisions.lease().is_some(), "{backend}");
             // A crashed process never releases.
-            std::mem::forget(lease.expect("a lease"));
+            std::mem::forget(decisions);
         }
-        let (_, lease) = limiter.acquire(&p, "c").await.expect("acquire");
-        assert!(lease.is_none(), "{backend}: both slots held");
+        let decisions = acquire(&limiter, &p, "c").await;
+        assert!(decisions.lease().is_none(), "{backend}: both slots held");
         let took = acquired_within(&limiter, &p, Duration::from_secs(10)).await;
         println!("{backend}: a crashed holder's slot came free after {took:?} (TTL {ttl:?})");
     }
@@ -104,7 +136,7 @@ async fn the_leases_of_a_crashed_holder_expire_after_their_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_never_hold_more_than_the_limit() {
     let server = RedisServer::start();
-    let p = policy("five", 5, Duration::from_secs(30));
+    let p = set(policy("five", 5, Duration::from_secs(30)));
     let in_flight = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
@@ -117,12 +149,12 @@ async fn four_instances_never_hold_more_than_the_limit() {
             tasks.spawn(async move {
                 let started = Instant::now();
                 loop {
-                    if let (_, Some(lease)) = limiter.acquire(&p, "c").await.expect("acquire") {
+                    let decisions = acquire(&limiter, &p, "c").await;
+                    if decisions.lease().is_some() {
                         let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(5)).await;
                         in_flight.fetch_sub(1, Ordering::SeqCst);
-                        lease.release().await.expect("release");
                         return;
                     }
                     assert!(started.elapsed() < Duration::from_secs(60), "starved");
@@ -140,7 +172,7 @@ async fn four_instances_never_hold_more_than_the_limit() {
     let most = most.load(Ordering::SeqCst);
     assert!((1..=5).contains(&most), "{most} in flight at once");
     let memory = Limiter::new(MemoryBackend::default());
-    assert!(memory.acquire(&p, "c").await.expect("acquire").0.allowed);
+    assert!(acquire(&memory, &p, "c").await.allowed());
 }
 
 /// An app on its own Redis connection, 5 requests in flight at most, whose handler counts how
@@ -151,26 +183,18 @@ async fn instance(
     most: &Arc<AtomicUsize>,
 ) -> std::net::SocketAddr {
     use axum::{Router, routing::get};
-    use redlimit::{Algorithm, GuardedLimiter, Policy, RedisBackend};
+    use redlimit::{GuardedLimiter, RedisBackend};
     use tower_redlimit::{Global, RateLimitLayer};
 
     let backend = RedisBackend::builder(url)
         .budget(Duration::from_secs(5))
         .build()
         .expect("valid");
-    let generous = Policy::builder("per-minute", Algorithm::Gcra)
-        .limit(100_000)
-        .window(Duration::from_secs(60))
-        .build()
-        .expect("valid");
-    let guard = GuardedLimiter::builder(Limiter::new(backend), generous)
+    let five = set(policy("five", 5, Duration::from_secs(30)));
+    let guard = GuardedLimiter::builder(Limiter::new(backend), five)
         .budget(Duration::from_secs(5))
         .build();
-    let layer = RateLimitLayer::new(guard).key(Global).concurrency(policy(
-        "five",
-        5,
-        Duration::from_secs(30),
-    ));
+    let layer = RateLimitLayer::new(guard).key(Global);
     let (in_flight, most) = (Arc::clone(in_flight), Arc::clone(most));
     let handler = move || {
         let (in_flight, most) = (Arc::clone(&in_flight), Arc::clone(&most));
@@ -228,8 +252,8 @@ async fn through_the_layer_four_instances_never_run_more_than_five_at_once() {
     assert!(turned_away > 0, "the limit was reached");
 }
 
-/// A lease goes through the guard's circuit as a check does: once failures open it, acquires
-/// are answered by the failure policy without asking the dead backend.
+/// A lease goes through the guard's circuit as any check does: once failures open it, checks
+/// are answered by the failure policy without asking the dead backend, and hold no lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_circuit_answers_acquires_without_the_backend() {
     use redlimit::{CircuitBreaker, ErrorKind, FailurePolicy, GuardedLimiter, Reason};
@@ -237,34 +261,34 @@ async fn an_open_circuit_answers_acquires_without_the_backend() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     drop(server);
-    let rate = crate::support::policy(redlimit::Algorithm::Gcra, 10, 1_000, None);
-    let guard = GuardedLimiter::builder(limiter, rate)
+    let in_flight = set(policy("in-flight", 2, Duration::from_secs(30)));
+    let guard = GuardedLimiter::builder(limiter, in_flight)
         .failure(FailurePolicy::Open)
         .budget(Duration::from_secs(5))
         .circuit_breaker(CircuitBreaker::new(1, Duration::from_secs(600)))
         .build();
-    let in_flight = policy("in-flight", 2, Duration::from_secs(30));
-    let (first, _) = guard.acquire(&in_flight, "c").await;
-    assert_eq!(first.reason, Reason::FailOpen);
+    let first = guard.check("c").await;
+    assert_eq!(first[0].reason, Reason::FailOpen);
     let failed =
         guard.stats().failed(ErrorKind::Backend) + guard.stats().failed(ErrorKind::Timeout);
     assert_eq!(failed, 1, "the dead backend was asked once");
     assert!(guard.breaker().is_open(), "one failure opens this circuit");
     for _ in 0..3 {
-        let (decision, lease) = guard.acquire(&in_flight, "c").await;
-        assert!(decision.allowed && lease.is_none());
-        assert_eq!(decision.reason, Reason::FailOpen);
+        let decisions = guard.check("c").await;
+        assert!(decisions.allowed() && decisions.lease().is_none());
+        assert_eq!(decisions[0].reason, Reason::FailOpen);
     }
     let after = guard.stats().failed(ErrorKind::Backend) + guard.stats().failed(ErrorKind::Timeout);
     assert_eq!(after, 1, "an open circuit asked the backend nothing more");
 }
 
 /// A request the concurrency limit refuses consumes no rate quota: limit 10 with one slot, one
-/// request held in flight and one refused leave 9, on Redis and in memory.
+/// request held in flight and one refused leave 9, on Redis and in memory; on Redis, one script
+/// call per request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_concurrency_refusal_spends_no_rate_quota() {
     use axum::{Router, body::Body, http::Request, routing::get};
-    use redlimit::{Algorithm, GuardedLimiter, Policy};
+    use redlimit::GuardedLimiter;
     use tower::ServiceExt;
     use tower_redlimit::{Global, RateLimitLayer};
 
@@ -275,7 +299,10 @@ async fn a_concurrency_refusal_spends_no_rate_quota() {
             .window(Duration::from_secs(60))
             .build()
             .expect("valid");
-        let guard = GuardedLimiter::builder(limiter, per_minute)
+        let one_at_a_time = PolicySet::from(per_minute)
+            .with_concurrency(policy("one-at-a-time", 1, Duration::from_secs(30)))
+            .expect("a valid set");
+        let guard = GuardedLimiter::builder(limiter, one_at_a_time)
             .budget(Duration::from_secs(5))
             .build();
         let (release, released) = tokio::sync::watch::channel(false);
@@ -288,11 +315,12 @@ async fn a_concurrency_refusal_spends_no_rate_quota() {
                 "done"
             }
         };
-        let layer = RateLimitLayer::new(guard.clone())
-            .key(Global)
-            .concurrency(policy("one-at-a-time", 1, Duration::from_secs(30)));
+        let layer = RateLimitLayer::new(guard.clone()).key(Global);
         let app = Router::new().route("/", get(handler)).layer(layer);
         let request = || Request::get("/").body(Body::empty()).expect("request");
+        // The script is loaded (a first EVALSHA meets NOSCRIPT and is sent again as EVAL).
+        let _ = guard.check("warm-up").cost(0).await;
+        let calls_before = redlimit_tests::script_calls(&mut server.connection()).commands;
         let held = tokio::spawn(app.clone().oneshot(request()));
         // In its handler, the first holds the one slot: the next is refused by the limit.
         in_flight.recv().await.expect("the first request is served");
@@ -302,14 +330,156 @@ async fn a_concurrency_refusal_spends_no_rate_quota() {
             .to_str()
             .expect("text")
             .to_owned();
+        let calls = redlimit_tests::script_calls(&mut server.connection()).commands - calls_before;
         release.send(true).expect("the handler waits");
         assert_eq!(
             held.await.expect("served").expect("infallible").status(),
             200
         );
+        if name == "redis" {
+            assert_eq!(calls, 2, "one script call for each of the two requests");
+        }
         let left = guard.check("global").cost(0).await;
         println!("{name}: refused with {state}; {} left", left[0].remaining);
         assert!(state.contains("\"per-minute\";r=9;"), "{name}: {state}");
         assert_eq!(left[0].remaining, 9, "{name}: one served, one refused");
     }
+}
+
+/// A response body that streams what its sender sends, and ends only when the sender is gone.
+struct Streaming(tokio::sync::mpsc::UnboundedReceiver<bytes::Bytes>);
+
+impl http_body::Body for Streaming {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|chunk| Ok(http_body::Frame::data(chunk))))
+    }
+}
+
+/// An app whose requests share one slot: `/stream` answers a body that sends `first` and then
+/// waits (its sender kept in `senders`), `/` answers at once.
+fn streaming_app(
+    limiter: Limiter,
+) -> (
+    axum::Router,
+    Arc<std::sync::Mutex<Vec<tokio::sync::mpsc::UnboundedSender<bytes::Bytes>>>>,
+) {
+    use axum::{Router, body::Body, routing::get};
+    use redlimit::GuardedLimiter;
+    use tower_redlimit::{Global, RateLimitLayer};
+
+    let one = set(policy("one-at-a-time", 1, Duration::from_secs(30)));
+    let guard = GuardedLimiter::builder(limiter, one)
+        .budget(Duration::from_secs(5))
+        .build();
+    let senders = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = Arc::clone(&senders);
+    let stream = move || {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        sender
+            .send(bytes::Bytes::from_static(b"first"))
+            .expect("open");
+        kept.lock().expect("not poisoned").push(sender);
+        async move { Body::new(Streaming(receiver)) }
+    };
+    let app = Router::new()
+        .route("/stream", get(stream))
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(guard).key(Global));
+    (app, senders)
+}
+
+/// Requests `/` from `app` until one is served, for at most 5 s.
+async fn served_within(app: &axum::Router) {
+    use tower::ServiceExt;
+
+    let started = Instant::now();
+    loop {
+        let request = axum::http::Request::get("/")
+            .body(axum::body::Body::empty())
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("infallible");
+        if response.status() == 200 {
+            return;
+        }
+        assert_eq!(response.status(), 429);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the slot never came free"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A streamed response holds its lease past its head, until its body is dropped mid-stream,
+/// on Redis and in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_held_until_the_response_body_is_dropped() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    let server = RedisServer::start();
+    for (name, limiter) in both_backends(&server) {
+        let (app, senders) = streaming_app(limiter);
+        let request = |path| {
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .expect("request")
+        };
+        let streaming = app
+            .clone()
+            .oneshot(request("/stream"))
+            .await
+            .expect("infallible");
+        assert_eq!(streaming.status(), 200, "{name}");
+        let mut body = streaming.into_body();
+        let frame = body.frame().await.expect("a frame").expect("infallible");
+        assert_eq!(frame.into_data().expect("data"), "first");
+        let meanwhile = app.clone().oneshot(request("/")).await.expect("infallible");
+        assert_eq!(meanwhile.status(), 429, "{name}: the body still streams");
+        assert_eq!(senders.lock().expect("not poisoned").len(), 1);
+        drop(body);
+        served_within(&app).await;
+    }
+}
+
+/// A client that goes away mid-stream gives its lease back: the server drops the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_given_back_when_the_client_disconnects() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server = RedisServer::start();
+    let (app, _senders) = streaming_app(server.limiter());
+    let address = redlimit_tests::serve(app.clone()).await;
+    let mut client = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let request = format!("GET /stream HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    client
+        .write_all(request.as_bytes())
+        .await
+        .expect("a request");
+    let mut received = Vec::new();
+    let mut buffer = [0; 1024];
+    let read = async {
+        while !String::from_utf8_lossy(&received).contains("first") {
+            let n = client.read(&mut buffer).await.expect("a read");
+            assert!(n > 0, "the server closed the stream");
+            received.extend_from_slice(&buffer[..n]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("the first chunk within 10 s");
+    let meanwhile = redlimit_tests::http_get(address, "/", &[]).await;
+    assert_eq!(meanwhile.status, 429, "the stream holds the one slot");
+    drop(client);
+    served_within(&app).await;
 }

@@ -189,34 +189,33 @@ async fn shadow_mode_lets_would_be_denials_pass_and_counts_them() {
     assert_eq!(stats.stats().decided(Reason::Shadow), 7);
 }
 
-/// A concurrency limit's acquires are counted under its own name, registered with the recorder
-/// in force at its first acquire (the test's thread: a current-thread runtime).
+/// A concurrency limit's decisions are counted under its own name, with the set's others.
 #[tokio::test]
 async fn concurrency_decisions_are_counted_under_the_concurrency_policy() {
     let server = RedisServer::start();
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _in_force = metrics::set_default_local_recorder(&recorder);
-    let guard = GuardedLimiter::builder(
-        server.limiter(),
-        policy(Algorithm::FixedWindow, 100, 3_600_000, None),
-    )
-    .failure(FailurePolicy::Closed)
-    .budget(Duration::from_secs(5))
-    .build();
     // Limit 2: near the limit at 0 remaining (20% of 2, rounded down).
     let two = ConcurrencyPolicy::builder("in-flight")
         .limit(2)
         .build()
         .expect("a valid policy");
+    let set = redlimit::PolicySet::from(policy(Algorithm::FixedWindow, 100, 3_600_000, None))
+        .with_concurrency(two)
+        .expect("a valid set");
+    let guard = GuardedLimiter::builder(server.limiter(), set)
+        .failure(FailurePolicy::Closed)
+        .budget(Duration::from_secs(5))
+        .build();
 
-    let (first, _one) = guard.acquire(&two, "alice").await;
-    let (second, _two) = guard.acquire(&two, "alice").await;
-    let (third, none) = guard.acquire(&two, "alice").await;
-    assert!(first.allowed && second.allowed && !third.allowed && none.is_none());
+    let first = guard.check("alice").await;
+    let second = guard.check("alice").await;
+    let third = guard.check("alice").await;
+    assert!(first.allowed() && second.allowed() && !third.allowed() && third.lease().is_none());
     drop(server);
-    let (down, _) = guard.acquire(&two, "bob").await;
-    assert_eq!(down.reason, Reason::FailClosed);
+    let down = guard.check("bob").await;
+    assert_eq!(down[1].reason, Reason::FailClosed);
 
     let all = values(&snapshotter);
     let decisions = |outcome, reason| decided(&all, "in-flight", outcome, reason);
@@ -229,7 +228,7 @@ async fn concurrency_decisions_are_counted_under_the_concurrency_policy() {
         .filter(|(key, _)| key.key().labels().any(|l| l.value() == "in-flight"))
         .collect();
     let total: f64 = series.iter().map(|(_, v)| v).sum();
-    assert_eq!(total, 4.0, "one decision per acquire: {series:?}");
+    assert_eq!(total, 4.0, "one decision per check: {series:?}");
     assert!(
         series.iter().all(|(key, _)| key
             .key()

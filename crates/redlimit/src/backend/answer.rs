@@ -84,7 +84,7 @@ impl Inspected {
     }
 }
 
-/// The answer to an acquire: granted or not, the free slots after it, and when denied the wait
+/// A concurrency limit's answer to a check: granted or not, the free slots after it, and when denied the wait
 /// in milliseconds until the earliest lease expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Acquired {

@@ -17,7 +17,7 @@ pub use self::{
     memory::{MemoryBackend, MemoryBackendBuilder},
     redis::{RedisBackend, RedisBackendBuilder},
 };
-use crate::{Decision, Error, KeyScheme, Policy, Reason, Timestamp, decisions::Reservation};
+use crate::{Decision, Error, KeyScheme, Policy, Timestamp, decisions::Reservation};
 
 /// Where a [`Limiter`](crate::Limiter) keeps its state.
 #[derive(Debug, Clone)]
@@ -102,21 +102,6 @@ impl Backend {
         match self {
             Self::Memory(memory) => memory.clear_override(keys, policy, client),
             Self::Redis(redis) => redis.clear_override(keys, policy, client).await,
-        }
-    }
-
-    /// Takes lease `id` of `ttl_ms` in the set at `key` if fewer than `limit` are held; the
-    /// answer and the reason it carries.
-    pub(crate) async fn acquire_lease(
-        &self,
-        key: &str,
-        limit: u64,
-        ttl_ms: u64,
-        id: &str,
-    ) -> Result<(Acquired, Reason), Error> {
-        match self {
-            Self::Memory(memory) => memory.acquire_lease(key, limit, ttl_ms, id),
-            Self::Redis(redis) => redis.acquire_lease(key, limit, ttl_ms, id).await,
         }
     }
 

@@ -14,9 +14,8 @@ use super::{
     parts::{Clock, Parts},
 };
 use crate::{
-    BlockCache, Check, CheckRequest, CircuitBreaker, ConcurrencyPolicy, Decision, Decisions, Error,
-    ErrorKind, FailurePolicy, Lease, Limiter, PolicySet, Reason, SettleFuture, SettleRequest,
-    Stats, Timestamp,
+    BlockCache, Check, CheckRequest, CircuitBreaker, Decision, Decisions, Error, ErrorKind,
+    FailurePolicy, Limiter, PolicySet, Reason, SettleFuture, SettleRequest, Stats, Timestamp,
     backend::{Backend, Heard, Started},
     check_request::{Options, borrowed_keys, owned_keys},
     client_id,
@@ -57,7 +56,7 @@ use crate::{
 ///
 /// | name | type | labels | what |
 /// |---|---|---|---|
-/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](crate::GuardBuilder::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through; also one per [`acquire`](Self::acquire), under the concurrency policy's name |
+/// | `redlimit_decisions_total` | counter | `policy`, `outcome`, `reason` | one per policy per check; `outcome`: `allowed`, `near_limit` (allowed with at most [`near_limit`](crate::GuardBuilder::near_limit) of the limit left), `limited`, or `banned` (a ban's denial, for a policy that bans; see [`Ban`](crate::Ban)); `reason`: [`Reason::as_str`], where `shadow` is a would-be denial let through (a concurrency limit's too, under its name) |
 /// | `redlimit_backend_errors_total` | counter | `policy`, `kind` | checks whose backend failed, by [`ErrorKind::as_str`] |
 /// | `redlimit_check_duration_seconds` | histogram | `policy` | the backend's round trip of a check on Redis |
 /// | `redlimit_circuit_open` | gauge | `policy`, `circuit` | 1 while a circuit is open, else 0; `circuit` is `0`, or a Cluster's slot range such as `0-255` |
@@ -181,86 +180,6 @@ impl GuardedLimiter {
     /// Whether the guard is in shadow (dry-run) mode; see [`shadow`](crate::GuardBuilder::shadow).
     pub fn is_shadow(&self) -> bool {
         self.inner.shadow
-    }
-
-    /// Takes a slot of the concurrency `policy` for `client`, within the guard's budget; never
-    /// fails: when the backend does, the failure policy answers (open: allowed without a
-    /// lease; closed: denied; local: a lease of the local limiter, reason
-    /// [`Reason::Fallback`]). See [`Limiter::acquire`]. Its decisions are counted in
-    /// `redlimit_decisions_total` under the concurrency policy's name, whose series are
-    /// registered with the recorder in force at the policy's first acquire.
-    pub async fn acquire(
-        &self,
-        policy: &ConcurrencyPolicy,
-        client: &str,
-    ) -> (Decision, Option<Lease>) {
-        let guard = &*self.inner;
-        let span = guard.span(client, 1);
-        let (decision, lease) = self.acquired(policy, client).instrument(span.clone()).await;
-        guard.metrics.acquired(policy, &decision);
-        if !span.is_disabled() {
-            span.record("reason", decision.reason.as_str());
-            span.record("allowed", decision.allowed);
-        }
-        if !decision.allowed {
-            tracing::debug!(
-                target: "redlimit",
-                parent: &span,
-                policy = %decision.policy,
-                reason = decision.reason.as_str(),
-                retry_after = ?decision.retry_after,
-                "concurrency limit reached"
-            );
-        }
-        (decision, lease)
-    }
-
-    /// The lease, through the same circuit, budget and failure policy as a check.
-    async fn acquired(
-        &self,
-        policy: &ConcurrencyPolicy,
-        client: &str,
-    ) -> (Decision, Option<Lease>) {
-        let guard = &*self.inner;
-        let breaker = guard.breaker(client);
-        // An open circuit answers before the backend is asked, as for a check.
-        if !guard.remote || breaker.permit() {
-            let acquire = guard.limiter.acquire(policy, client);
-            match guard.within_budget(acquire).await {
-                Ok(acquired) => {
-                    if guard.remote {
-                        breaker.record(true);
-                    }
-                    return acquired;
-                }
-                Err(error) => {
-                    if guard.remote {
-                        breaker.record(false);
-                    }
-                    guard.count_failed(error.kind());
-                    guard.errors.report(&error, &guard.policies);
-                }
-            }
-        }
-        let name: Arc<str> = policy.name().into();
-        let retry = guard.retry_when_closed();
-        let local = match &guard.failure {
-            FailurePolicy::Open => return (Decision::fail_open_of(name, policy.limit()), None),
-            FailurePolicy::Closed => {
-                return (Decision::fail_closed_of(name, policy.limit(), retry), None);
-            }
-            FailurePolicy::Local(local) => local,
-        };
-        match local.acquire(policy, client).await {
-            Ok((decision, lease)) => (
-                Decision {
-                    reason: Reason::Fallback,
-                    ..decision
-                },
-                lease,
-            ),
-            Err(_) => (Decision::fail_closed_of(name, policy.limit(), retry), None),
-        }
     }
 
     /// The block cache, if there is one.
@@ -434,7 +353,11 @@ impl GuardedLimiter {
         }
         let local = match &guard.failure {
             FailurePolicy::Open => {
-                let open = guard.policies.iter().map(Decision::fail_open).collect();
+                let concurrency = guard.policies.concurrency();
+                let concurrency =
+                    concurrency.map(|c| Decision::fail_open_of(c.name().into(), c.limit()));
+                let open = guard.policies.iter().map(Decision::fail_open);
+                let open = open.chain(concurrency).collect();
                 return Check::ready(guard.finish(Decisions::new(open).with_error(error), &span));
             }
             FailurePolicy::Closed => {
@@ -508,9 +431,12 @@ impl Guard {
         let closed = self
             .policies
             .iter()
-            .map(|p| Decision::fail_closed(p, retry))
-            .collect();
-        Decisions::new(closed)
+            .map(|p| Decision::fail_closed(p, retry));
+        let concurrency = self
+            .policies
+            .concurrency()
+            .map(|c| Decision::fail_closed_of(c.name().into(), c.limit(), retry));
+        Decisions::new(closed.chain(concurrency).collect())
     }
 
     /// The check's span: the client only as a keyed hash, since the client text may be an API

@@ -1,18 +1,14 @@
 //! The guard's series in the [`metrics`] facade. Handles are registered once, when the guard is
-//! built (a concurrency policy's at its first acquire), so a check costs an atomic increment per
-//! series, never a registry lookup.
+//! built, so a check costs an atomic increment per series, never a registry lookup.
 
-use std::{
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use metrics::{
     Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
     gauge, histogram,
 };
 
-use crate::{ConcurrencyPolicy, Decision, ErrorKind, Policy, Reason};
+use crate::{Decision, ErrorKind, PolicySet, Reason};
 
 /// Decisions by policy, outcome and reason.
 pub(crate) const DECISIONS: &str = "redlimit_decisions_total";
@@ -160,32 +156,30 @@ pub(crate) struct Metrics {
     duration: Histogram,
     /// The `policy` label of series about a whole check: the guard's names joined by `+`.
     label: Arc<str>,
-    /// Concurrency policies' decision counters, registered at each one's first acquire (the
-    /// guard learns of them only then).
-    concurrency: Mutex<Vec<(Arc<str>, Arc<PolicySeries>)>>,
-    remote: bool,
-    near_share: f64,
 }
 
 impl Metrics {
     /// Registers the series of a guard of `policies` on a `remote` backend or not with the
     /// recorder installed now; a decision is near the limit when allowed with at most
     /// `near_share` of its limit left.
-    pub(crate) fn new(policies: &[Policy], remote: bool, near_share: f64) -> Self {
+    pub(crate) fn new(policies: &PolicySet, remote: bool, near_share: f64) -> Self {
         describe();
-        let names: Vec<&str> = policies.iter().map(Policy::name).collect();
+        let names: Vec<&str> = policies.iter().map(|p| p.name()).collect();
         let label: Arc<str> = names.join("+").into();
-        let series = policies
-            .iter()
-            .map(|policy| {
-                let kind = if policy.ban().is_some() {
-                    Kind::Banning
-                } else {
-                    Kind::Rate
-                };
-                PolicySeries::new(policy.name(), policy.limit(), kind, remote, near_share)
-            })
-            .collect();
+        let rates = policies.iter().map(|policy| {
+            let kind = if policy.ban().is_some() {
+                Kind::Banning
+            } else {
+                Kind::Rate
+            };
+            PolicySeries::new(policy.name(), policy.limit(), kind, remote, near_share)
+        });
+        // Its decision comes after the policies'.
+        let concurrency = policies.concurrency().map(|policy| {
+            let (name, limit) = (policy.name(), policy.limit());
+            PolicySeries::new(name, limit, Kind::Concurrency, remote, near_share)
+        });
+        let series = rates.chain(concurrency).collect();
         let guard = label.to_string();
         Self {
             policies: series,
@@ -195,43 +189,15 @@ impl Metrics {
             delayed: counter!(DELAYED, "policy" => guard.clone()),
             duration: histogram!(CHECK_DURATION, "policy" => guard),
             label,
-            concurrency: Mutex::new(Vec::new()),
-            remote,
-            near_share,
         }
     }
 
-    /// Counts the decisions of one check, which are in the order of the guard's policies.
+    /// Counts the decisions of one check, which are in the order of the guard's policies, its
+    /// concurrency limit's last.
     pub(crate) fn decided(&self, decisions: &[Decision]) {
         for (series, decision) in self.policies.iter().zip(decisions) {
             series.count(decision);
         }
-    }
-
-    /// Counts the decision of an acquire of `policy`, registering its series with the recorder
-    /// in force at its first acquire.
-    pub(crate) fn acquired(&self, policy: &ConcurrencyPolicy, decision: &Decision) {
-        let series = {
-            let mut known = self
-                .concurrency
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            match known.iter().find(|(name, _)| **name == *policy.name()) {
-                Some((_, series)) => Arc::clone(series),
-                None => {
-                    let series = Arc::new(PolicySeries::new(
-                        policy.name(),
-                        policy.limit(),
-                        Kind::Concurrency,
-                        self.remote,
-                        self.near_share,
-                    ));
-                    known.push((policy.name().into(), Arc::clone(&series)));
-                    series
-                }
-            }
-        };
-        series.count(decision);
     }
 
     /// The guard's policy names joined by `+`.

@@ -1,4 +1,4 @@
-//! Concurrency leases in process: the memory backend's twin of `lua/acquire.lua` and
+//! Concurrency leases in process: the memory backend's twin of `lua/lease.lua` and
 //! `lua/renew.lua`.
 
 use std::{
@@ -7,7 +7,7 @@ use std::{
 };
 
 use crate::{
-    Error, Reason, Timestamp,
+    Error, Timestamp,
     backend::{answer::Acquired, memory::MemoryBackend},
     client_id::{ClientId, ClientIds},
 };
@@ -30,15 +30,18 @@ impl Leases {
         }
     }
 
-    /// Acquires lease `id` of `ttl_ms` in the set at `key` if fewer than `limit` live ones
-    /// are held at `now_ms`; expired leases are reclaimed first.
-    pub(crate) fn acquire(
+    /// Decides a check's lease `id` of `ttl_ms` in the set at `key` at `now_ms`: whether fewer
+    /// than `limit` live ones are held (expired leases reclaimed first) goes to `decide`, which
+    /// decides the check's policies (taking only when told the lease is free) and says whether
+    /// the check was admitted: the lease is then taken. The set stays locked meanwhile, so
+    /// the lease and the policies are decided as one.
+    pub(crate) fn hold(
         &self,
         key: &str,
-        limit: u64,
-        ttl_ms: u64,
+        (limit, ttl_ms): (u64, u64),
         id: &str,
         now_ms: u64,
+        decide: impl FnOnce(bool) -> bool,
     ) -> Acquired {
         let mut sets = self.sets.lock().unwrap_or_else(PoisonError::into_inner);
         let key = self.ids.id(key);
@@ -53,23 +56,31 @@ impl Leases {
         let set = sets.entry(key).or_default();
         set.retain(|(_, expiry)| *expiry > now_ms);
         let held = set.len() as u64;
-        if held < limit {
-            set.push((id.to_owned(), now_ms + ttl_ms));
+        let granted = held < limit;
+        let admitted = decide(granted);
+        if !granted {
+            let earliest = set
+                .iter()
+                .map(|(_, expiry)| *expiry)
+                .min()
+                .unwrap_or(now_ms);
             return Acquired {
-                granted: true,
-                free: limit - held - 1,
-                wait_ms: 0,
+                granted,
+                free: 0,
+                wait_ms: earliest - now_ms,
             };
         }
-        let earliest = set
-            .iter()
-            .map(|(_, expiry)| *expiry)
-            .min()
-            .unwrap_or(now_ms);
+        let mut free = limit - held;
+        if admitted {
+            set.push((id.to_owned(), now_ms + ttl_ms));
+            free -= 1;
+        } else if set.is_empty() {
+            sets.remove(&key);
+        }
         Acquired {
-            granted: false,
-            free: 0,
-            wait_ms: earliest - now_ms,
+            granted,
+            free,
+            wait_ms: 0,
         }
     }
 
@@ -104,18 +115,6 @@ impl Leases {
 
 /// The memory backend's lease operations, with its clock in milliseconds.
 impl MemoryBackend {
-    /// Takes lease `id` of `ttl_ms` in the set at `key` if fewer than `limit` are held.
-    pub(crate) fn acquire_lease(
-        &self,
-        key: &str,
-        limit: u64,
-        ttl_ms: u64,
-        id: &str,
-    ) -> Result<(Acquired, Reason), Error> {
-        let acquired = self.leases().acquire(key, limit, ttl_ms, id, now_ms());
-        Ok((acquired, Reason::Memory))
-    }
-
     /// Gives lease `id` in the set at `key` `ttl_ms` more; whether it was still held.
     pub(crate) fn renew_lease(&self, key: &str, id: &str, ttl_ms: u64) -> Result<bool, Error> {
         Ok(self.leases().renew(key, ttl_ms, id, now_ms()))
@@ -136,41 +135,51 @@ fn now_ms() -> u64 {
 mod tests {
     use super::*;
 
+    /// Decides lease `id` at `now_ms` for a check whose policies admit.
+    fn acquire(leases: &Leases, key: &str, limit: u64, id: &str, now_ms: u64) -> Acquired {
+        leases.hold(key, (limit, 1_000), id, now_ms, |_| true)
+    }
+
     #[test]
     fn at_most_the_limit_is_held_and_expired_leases_are_reclaimed() {
         let leases = Leases::new(10);
         for (i, id) in ["a", "b"].iter().enumerate() {
-            let got = leases.acquire("k", 2, 1_000, id, 0);
+            let got = acquire(&leases, "k", 2, id, 0);
             assert!(got.granted);
             assert_eq!(got.free, 1 - i as u64);
         }
-        let full = leases.acquire("k", 2, 1_000, "c", 500);
+        let full = acquire(&leases, "k", 2, "c", 500);
         assert_eq!((full.granted, full.wait_ms), (false, 500));
         assert!(
             leases.renew("k", 1_000, "a", 900),
             "a lives until 1,900 now"
         );
-        assert!(
-            leases.acquire("k", 2, 1_000, "c", 1_000).granted,
-            "b expired"
-        );
+        assert!(acquire(&leases, "k", 2, "c", 1_000).granted, "b expired");
         leases.release("k", "a");
         assert!(
-            leases.acquire("k", 2, 1_000, "d", 1_000).granted,
+            acquire(&leases, "k", 2, "d", 1_000).granted,
             "a was given back"
         );
         assert!(!leases.renew("k", 1_000, "b", 1_000), "b is gone");
     }
 
     #[test]
+    fn a_check_its_policies_refuse_takes_no_lease() {
+        let leases = Leases::new(10);
+        let refused = leases.hold("k", (1, 1_000), "a", 0, |free| {
+            assert!(free);
+            false
+        });
+        assert_eq!((refused.granted, refused.free), (true, 1));
+        assert!(acquire(&leases, "k", 1, "b", 0).granted);
+        assert!(!acquire(&leases, "k", 1, "c", 0).granted);
+    }
+
+    #[test]
     fn the_number_of_sets_is_bounded() {
         let leases = Leases::new(3);
         for key in 0..100 {
-            assert!(
-                leases
-                    .acquire(&format!("k{key}"), 1, 60_000, "x", 0)
-                    .granted
-            );
+            assert!(acquire(&leases, &format!("k{key}"), 1, "x", 0).granted);
         }
         assert!(
             leases

@@ -23,8 +23,11 @@ use super::{
     query::{Change, Clients, Query, Settlement, Started, stamp},
 };
 use crate::{
-    Decision, Decisions, Error, Reason, Timestamp, check_request::borrowed_keys,
-    decisions::Reservation, policy::MAX_EXACT,
+    Decision, Decisions, Error, Lease, Reason, Timestamp,
+    check_request::{Options, borrowed_keys},
+    concurrency::lease_id,
+    decisions::Reservation,
+    policy::MAX_EXACT,
 };
 
 const SHARDS: usize = 16;
@@ -223,8 +226,67 @@ impl MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// Decides `query` here and now.
+    /// Decides `query` here and now: with its set's concurrency limit, the lease and the
+    /// policies as one (the twin of `lua/check.lua`'s LEASE), the lease held by the decisions.
     pub(crate) fn start(&self, query: Query<'_>) -> Started {
+        let Some(concurrency) = query.set.concurrency() else {
+            return self.decide(query);
+        };
+        let now_us = query.options.at.unwrap_or_else(Timestamp::now).as_micros();
+        let query = Query {
+            options: &Options {
+                at: Some(Timestamp::from_micros(now_us)),
+                ..*query.options
+            },
+            ..query
+        };
+        let key = concurrency.key(query.keys, query.clients().first());
+        let id = lease_id();
+        let numbers = (concurrency.limit(), concurrency.lease_ttl_ms());
+        let mut decided = None;
+        let acquired = self
+            .leases()
+            .hold(&key, numbers, &id, now_us / 1000, |free| {
+                // Refused a lease, the check's policies decide without taking.
+                let decisions = if free {
+                    self.decide(query)
+                } else {
+                    Started::Ready(Ok(self.peek_set(query, now_us)))
+                };
+                let admitted = matches!(&decisions, Started::Ready(Ok(d)) if d.allowed());
+                decided = Some(decisions);
+                admitted && query.options.cost > 0
+            });
+        let Some(Started::Ready(Ok(decisions))) = decided else {
+            return decided.unwrap_or_else(|| self.decide(query));
+        };
+        let taken = decisions.allowed() && acquired.granted && query.options.cost > 0;
+        let decisions = decisions.and(concurrency.decision(acquired, Reason::Memory));
+        if !taken {
+            return Started::Ready(Ok(decisions));
+        }
+        let lease = Lease::new(self.clone().into(), key, id, concurrency.lease_ttl_ms());
+        Started::Ready(Ok(decisions.leased(lease)))
+    }
+
+    /// Each policy of `query`'s set decided at `now_us` without taking.
+    fn peek_set(&self, query: Query<'_>, now_us: u64) -> Decisions {
+        let clients = query.clients();
+        let items = query.set.iter().enumerate().map(|(i, policy)| {
+            let peeked = self.peek(
+                query.keys,
+                clients.of(i),
+                policy,
+                query.options.cost,
+                now_us,
+            );
+            decision(policy, peeked.answer, Reason::Memory)
+        });
+        Decisions::new(items.collect())
+    }
+
+    /// Decides `query`'s policies here and now.
+    fn decide(&self, query: Query<'_>) -> Started {
         let Query {
             keys,
             set,

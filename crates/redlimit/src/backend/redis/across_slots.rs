@@ -22,12 +22,13 @@ use super::{
     RedisBackend,
     batch::Member,
     check::decisions_of,
-    protocol::{self, Request},
+    protocol::{self, LeaseRequest, Request},
 };
 use crate::{
-    Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Timestamp,
+    Decision, Decisions, Error, ErrorKind, KeyScheme, Lease, Policy, Reason, Timestamp,
     backend::query::{Clients, Query, Settlement, Started},
     check_request::OwnedKeys,
+    concurrency::lease_id,
     decisions::Reservation,
 };
 
@@ -124,6 +125,11 @@ impl RedisBackend {
             .map(|(id, window)| (Box::<str>::from(id), window));
         let client: Box<str> = query.client.into();
         let (redis, set, scheme) = (self.clone(), query.set.clone(), query.keys.clone());
+        // The set's concurrency limit is decided in the first group, whose slot its key (under
+        // the first client's) shares.
+        let mut lease = set
+            .concurrency()
+            .map(|policy| (policy.key(&scheme, clients.first()), lease_id()));
         Started::Waiting(Box::pin(async move {
             let keys: Vec<&str> = each.iter().map(|key| &**key).collect();
             let clients = Clients {
@@ -136,48 +142,76 @@ impl RedisBackend {
                 .collect();
             let once = once.as_ref().map(|(id, window)| (&**id, *window));
             let now_us = options.at.map(Timestamp::as_micros);
-            let takes = parts.iter().zip(&groups).map(|(part, group)| {
-                // Reserved, whatever the check asked: the time it took at is what a give-back
-                // needs.
-                let request = Request {
-                    cost: options.cost,
-                    once,
-                    reserve: true,
-                    ..part.request()
-                };
-                let member = Member {
-                    call: protocol::encode(&scheme, now_us, &[request]),
-                    lean: request.lean(),
-                    reply_len: request.reply_len(),
-                    slot: group.slot,
-                    deadline,
-                };
-                let redis = &redis;
-                async move {
-                    let reply = tokio::time::timeout_at(deadline, redis.decide(member))
-                        .await
-                        .unwrap_or_else(|_| Err(redis.timed_out(budget)))?;
-                    protocol::decode(&reply, &[request])?
-                        .pop()
-                        .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))
-                }
-            });
+            let concurrency = set.concurrency();
+            let takes = parts
+                .iter()
+                .zip(&groups)
+                .enumerate()
+                .map(|(i, (part, group))| {
+                    // Reserved, whatever the check asked: the time it took at is what a give-back
+                    // needs.
+                    let request = Request {
+                        cost: options.cost,
+                        once,
+                        reserve: true,
+                        lease: concurrency
+                            .zip(lease.as_ref())
+                            .filter(|_| i == 0)
+                            .map(|(policy, (key, id))| LeaseRequest { policy, key, id }),
+                        ..part.request()
+                    };
+                    let member = Member {
+                        call: protocol::encode(&scheme, now_us, &[request]),
+                        lean: request.lean(),
+                        reply_len: request.reply_len(),
+                        slot: group.slot,
+                        deadline,
+                    };
+                    let redis = &redis;
+                    async move {
+                        let reply = tokio::time::timeout_at(deadline, redis.decide(member))
+                            .await
+                            .unwrap_or_else(|_| Err(redis.timed_out(budget)))?;
+                        protocol::decode(&reply, &[request])?
+                            .pop()
+                            .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))
+                    }
+                });
             let mut decided: Vec<Option<Decision>> = vec![None; set.len()];
             // Whether each group admitted, and the time it took at (its server's) when it took
             // (a retry's replay took nothing).
             let mut admitted: Vec<Option<Option<u64>>> = vec![None; groups.len()];
             let mut failed = None;
+            // The concurrency limit's decision, and the lease it took: given back when dropped
+            // unless the check is admitted.
+            let (mut leased, mut held) = (None, None);
             for (i, reply) in join_all(takes).await.into_iter().enumerate() {
-                let reply = match reply {
+                let mut reply = match reply {
                     Ok(reply) => reply,
                     Err(error) => {
-                        failed.get_or_insert(error);
+                        // A timeout first: a take left unanswered may have run, and its check
+                        // must say so (see the module's docs), whatever another group failed.
+                        if error.is_timeout() || failed.is_none() {
+                            failed = Some(error);
+                        }
                         continue;
                     }
                 };
                 let at_us = reply.taken_at_us;
+                let acquired = reply.lease.take();
                 let decisions = decisions_of(&parts[i].policies, reply);
-                if decisions.iter().all(|decision| decision.allowed) {
+                // The group's policies, and its lease when it carried one.
+                let mut all = decisions.iter().all(|decision| decision.allowed);
+                if let (Some(policy), Some(acquired)) = (concurrency, acquired) {
+                    leased = Some(policy.decision(acquired, Reason::Redis));
+                    if all && acquired.granted && options.cost > 0 {
+                        held = lease.take().map(|(key, id)| {
+                            Lease::new(redis.clone().into(), key, id, policy.lease_ttl_ms())
+                        });
+                    }
+                    all = all && acquired.granted;
+                }
+                if all {
                     admitted[i] = Some(at_us);
                 }
                 for (&place, decision) in groups[i].places.iter().zip(decisions) {
@@ -226,7 +260,11 @@ impl RedisBackend {
             if let Some(error) = failed {
                 return Err(error);
             }
-            let decisions = Decisions::new(decided.into_iter().flatten().collect());
+            let decisions = Decisions::new(decided.into_iter().flatten().chain(leased).collect());
+            let decisions = match held {
+                Some(lease) if every => decisions.leased(lease),
+                _ => decisions,
+            };
             let times: Option<Vec<u64>> = admitted.iter().map(|took| (*took).flatten()).collect();
             match times {
                 Some(times) if every && options.reserve && options.cost > 0 => {

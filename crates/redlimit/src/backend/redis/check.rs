@@ -7,15 +7,16 @@ use super::{
     RedisBackend,
     across_slots::{Part, SlotGroup},
     batch::Member,
-    protocol::{self, Reply, Request},
+    protocol::{self, LeaseRequest, Reply, Request},
 };
 use crate::{
-    Decision, Decisions, Error, ErrorKind, KeyScheme, Policy, Reason, Timestamp,
+    Decision, Decisions, Error, ErrorKind, KeyScheme, Lease, Policy, PolicySet, Reason, Timestamp,
     backend::{
         answer::{decision, mark_overridden},
         query::{Change, Clients, Query, Settlement, Started, stamp},
     },
     check_request::{Options, borrowed_keys, owned_keys},
+    concurrency::lease_id,
     decisions::Reservation,
     policy::MAX_EXACT,
 };
@@ -29,12 +30,20 @@ impl RedisBackend {
             Slot::One(slot) => slot,
             Slot::Several(groups) => return self.start_across(query, groups),
         };
+        // A lease of the set's concurrency limit, under the check's first key.
+        let lease = query.set.concurrency().map(|policy| {
+            let key = policy.key(keys, clients.first());
+            (policy, key, lease_id())
+        });
         // Encoded here, so the future owns only what the reply needs.
         let request = Request {
             cost: options.cost,
             once: options.once,
             reserve: options.reserve,
             each: options.keys,
+            lease: lease
+                .as_ref()
+                .map(|(policy, key, id)| LeaseRequest { policy, key, id }),
             ..Request::new(query.set, client)
         };
         let now_us = options.at.map(Timestamp::as_micros);
@@ -60,9 +69,14 @@ impl RedisBackend {
             keys: None,
             ..*options
         };
+        let lease = lease.map(|(_, key, id)| (key, id));
         Started::Waiting(Box::pin(async move {
+            let concurrency = set.concurrency();
             let request = Request {
                 reserve: options.reserve,
+                lease: concurrency
+                    .zip(lease.as_ref())
+                    .map(|(policy, (key, id))| LeaseRequest { policy, key, id }),
                 ..Request::new(&set, "")
             };
             // The check's one timer, over its wait in the queue and its call. Awaited here,
@@ -76,7 +90,12 @@ impl RedisBackend {
                 .pop()
                 .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
             let taken_at_us = reply.taken_at_us;
-            let decisions = Decisions::new(decisions_of(&set, reply));
+            let decisions = leased(
+                &set,
+                reply,
+                |(key, id)| (redis.clone().into(), key, id),
+                lease,
+            );
             let each = borrowed_keys(each.as_ref());
             let options = Options {
                 once: once.as_deref().map(|id| (id, 0)),
@@ -176,6 +195,31 @@ impl RedisBackend {
 enum Slot {
     One(u16),
     Several(Vec<SlotGroup>),
+}
+
+/// A check's decisions of `set` from a script's `reply`, holding the lease it took (named by
+/// `lease`, with the backend it lives on from `on`) when its concurrency limit granted one to
+/// an admitted check.
+pub(super) fn leased<L>(
+    set: &PolicySet,
+    mut reply: Reply,
+    on: impl FnOnce(L) -> (crate::Backend, String, String),
+    lease: Option<L>,
+) -> Decisions {
+    let acquired = reply.lease.take();
+    let mut items = decisions_of(set, reply);
+    let (Some(concurrency), Some(acquired)) = (set.concurrency(), acquired) else {
+        return Decisions::new(items);
+    };
+    items.push(concurrency.decision(acquired, Reason::Redis));
+    let decisions = Decisions::new(items);
+    match lease {
+        Some(lease) if decisions.allowed() && acquired.granted => {
+            let (backend, key, id) = on(lease);
+            decisions.leased(Lease::new(backend, key, id, concurrency.lease_ttl_ms()))
+        }
+        _ => decisions,
+    }
 }
 
 /// A check's decisions of `policies` from a script's `reply`: each policy's answer, with the

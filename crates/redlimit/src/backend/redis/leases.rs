@@ -1,26 +1,13 @@
-//! Concurrency leases on Redis: a sorted set per limit, taken and renewed by a script, given
-//! back by `ZREM`.
+//! Concurrency leases on Redis: a sorted set per limit, taken by a check (`lua/lease.lua`),
+//! renewed by a script, given back by `ZREM`.
 
 use super::{
     RedisBackend,
     protocol::{self, Call},
 };
-use crate::{Error, Reason, backend::answer::Acquired};
+use crate::Error;
 
 impl RedisBackend {
-    /// Takes lease `id` of `ttl_ms` in the set at `key` if fewer than `limit` are held.
-    pub(crate) async fn acquire_lease(
-        &self,
-        key: &str,
-        limit: u64,
-        ttl_ms: u64,
-        id: &str,
-    ) -> Result<(Acquired, Reason), Error> {
-        let call = protocol::lease(key.to_owned(), limit, ttl_ms, id);
-        let reply = self.script(call, |s| &s.acquire).await?;
-        Ok((protocol::decode_acquired(&reply)?, Reason::Redis))
-    }
-
     /// Gives lease `id` in the set at `key` `ttl_ms` more; whether it was still held.
     pub(crate) async fn renew_lease(
         &self,
@@ -28,7 +15,7 @@ impl RedisBackend {
         id: &str,
         ttl_ms: u64,
     ) -> Result<bool, Error> {
-        let call = protocol::lease(key.to_owned(), 0, ttl_ms, id);
+        let call = protocol::renewal(key.to_owned(), ttl_ms, id);
         let reply = self.script(call, |s| &s.renew).await?;
         Ok(reply.first() == Some(&1))
     }

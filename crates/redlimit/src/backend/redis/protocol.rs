@@ -1,5 +1,5 @@
 //! The Redis wire protocol, the client's half of `lua/protocol.lua`: every script call's `KEYS`
-//! and `ARGV` are built here ([`encode`], [`lease`], [`Call::keys`]), and every check's reply is
+//! and `ARGV` are built here ([`encode`], [`renewal`], [`Call::keys`]), and every check's reply is
 //! read here ([`decode`]). A call carries its policy sets once, then a list of requests (one
 //! check, or a batch of them), each a fixed header of cost and flags naming its set, so no
 //! script infers what it was sent from how many arguments there are.
@@ -8,7 +8,7 @@ use deadpool_redis::redis::{Cmd, RedisError};
 
 use super::{scripts::Script, stored_state};
 use crate::{
-    Algorithm, Error, ErrorKind, KeyScheme, Policy,
+    Algorithm, ConcurrencyPolicy, Error, ErrorKind, KeyScheme, Policy,
     algorithm::{Denial, View},
     backend::answer::{Acquired, Answer, Inspected},
     policy::MAX_EXACT,
@@ -16,13 +16,16 @@ use crate::{
 
 /// A request's flags: counted once per request id, reserved for a settle, a settle giving back
 /// (carrying the time its reservation was taken at; without it a settle charges), repeated (it
-/// stands for a run of requests alike but for their keys).
+/// stands for a run of requests alike but for their keys), holding a concurrency limit's lease.
 const ONCE: u64 = 1;
 const RESERVE: u64 = 2;
 const TAKEN_AT: u64 = 4;
 const REPEAT: u64 = 8;
+const LEASE: u64 = 16;
 /// A head is its flags plus this many times its set's number.
-const SET_STEP: u64 = 16;
+const SET_STEP: u64 = 32;
+/// How many integers a lease's answer is: granted, free slots, wait.
+const LEASE_REPLY: usize = 3;
 /// A policy's flags: it reads an override, it bans, it is in delay mode.
 const OVERRIDES: u64 = 1;
 const BAN: u64 = 2;
@@ -50,6 +53,16 @@ pub(crate) struct Request<'a> {
     pub(crate) marks: bool,
     /// One client key per policy, instead of `client` for all.
     pub(crate) each: Option<&'a [&'a str]>,
+    /// A concurrency limit's lease to take when every policy admits.
+    pub(crate) lease: Option<LeaseRequest<'a>>,
+}
+
+/// A lease a check asks for: of `policy`, named `id`, in the set at `key`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseRequest<'a> {
+    pub(crate) policy: &'a ConcurrencyPolicy,
+    pub(crate) key: &'a str,
+    pub(crate) id: &'a str,
 }
 
 impl<'a> Request<'a> {
@@ -64,6 +77,7 @@ impl<'a> Request<'a> {
             taken_at_us: None,
             marks: true,
             each: None,
+            lease: None,
         }
     }
 
@@ -78,7 +92,9 @@ impl<'a> Request<'a> {
     /// no override and bans no one.
     pub(crate) fn lean(&self) -> Option<Algorithm> {
         match self.policies {
-            [policy] if self.marks_of(policy) == 0 => Some(policy.algorithm()),
+            [policy] if self.marks_of(policy) == 0 && self.lease.is_none() => {
+                Some(policy.algorithm())
+            }
             _ => None,
         }
     }
@@ -90,7 +106,10 @@ impl<'a> Request<'a> {
             .iter()
             .filter(|p| self.marks_of(p) & OVERRIDES != 0)
             .count();
-        4 * self.policies.len() + IN_FORCE * overridable + usize::from(self.reserve)
+        4 * self.policies.len()
+            + IN_FORCE * overridable
+            + usize::from(self.reserve)
+            + if self.lease.is_some() { LEASE_REPLY } else { 0 }
     }
 
     /// The override and ban flags of `policy` in this request.
@@ -203,6 +222,15 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
                 set.push(Arg::Int(policy.max_delay_ms()));
             }
         }
+        if let Some(lease) = request.lease {
+            flags |= LEASE;
+            extra.extend([
+                Arg::Int(lease.policy.limit()),
+                Arg::Int(lease.policy.lease_ttl_ms()),
+                Arg::Owned(lease.id.to_owned()),
+            ]);
+            keys.push(lease.key.to_owned());
+        }
         encoded.push(Encoded {
             // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
             cost: request.cost.min(MAX_EXACT),
@@ -229,13 +257,13 @@ fn set_of(sets: &mut Vec<Vec<Arg>>, set: Vec<Arg>) -> usize {
     })
 }
 
-/// The call acquiring (or, with `limit` 0, renewing) lease `id` of `ttl_ms` in the set at `key`.
-pub(crate) fn lease(key: String, limit: u64, ttl_ms: u64, id: &str) -> Call {
+/// The call renewing lease `id` for `ttl_ms` in the set at `key`.
+pub(crate) fn renewal(key: String, ttl_ms: u64, id: &str) -> Call {
     Call {
         keys: vec![key],
         args: Args::Plain(vec![
             Arg::Text(""),
-            Arg::Int(limit),
+            Arg::Int(0),
             Arg::Int(ttl_ms),
             Arg::Owned(id.to_owned()),
         ]),
@@ -433,6 +461,8 @@ pub(crate) struct Reply {
     pub(crate) in_force: Vec<InForce>,
     /// A reservation's time; `None` for a retry, which took nothing.
     pub(crate) taken_at_us: Option<u64>,
+    /// The answer of the request's concurrency limit, when it asked for a lease.
+    pub(crate) lease: Option<Acquired>,
 }
 
 /// The Lua source of the script a check of `policies` for one client runs.
@@ -447,7 +477,13 @@ pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Repl
     let mut replies = Vec::with_capacity(requests.len());
     for request in requests {
         let length = request.reply_len();
-        let overridable = length - 4 * request.policies.len() - usize::from(request.reserve);
+        let leased = if request.lease.is_some() {
+            LEASE_REPLY
+        } else {
+            0
+        };
+        let overridable =
+            length - 4 * request.policies.len() - usize::from(request.reserve) - leased;
         debug_assert_eq!(overridable % IN_FORCE, 0);
         if rest.len() < length {
             return Err(short_reply(reply.len()));
@@ -455,7 +491,8 @@ pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Repl
         let (mine, next) = rest.split_at(length);
         rest = next;
         let (answers, after) = mine.split_at(4 * request.policies.len());
-        let (limits, taken) = after.split_at(overridable);
+        let (limits, after) = after.split_at(overridable);
+        let (taken, lease) = after.split_at(after.len() - leased);
         replies.push(Reply {
             answers: answers
                 .chunks_exact(4)
@@ -477,6 +514,7 @@ pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Repl
                 .first()
                 .and_then(|&at| u64::try_from(at).ok())
                 .filter(|&at| at > 0),
+            lease: (leased > 0).then(|| acquired(lease)).transpose()?,
         });
     }
     if !rest.is_empty() {
@@ -485,14 +523,11 @@ pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Repl
     Ok(replies)
 }
 
-/// Reads the lease script's reply: granted (1/0), free slots after, the wait (ms) until the
-/// earliest lease expires.
-pub(crate) fn decode_acquired(reply: &[i64]) -> Result<Acquired, Error> {
+/// Reads a lease's answer: granted (1/0), free slots after, the wait (ms) until the earliest
+/// lease expires.
+fn acquired(reply: &[i64]) -> Result<Acquired, Error> {
     let &[granted, free, wait] = reply else {
-        return Err(Error::new(
-            ErrorKind::Backend,
-            format!("the lease script replied {} integers", reply.len()),
-        ));
+        return Err(short_reply(reply.len()));
     };
     Ok(Acquired {
         granted: granted == 1,
@@ -623,7 +658,7 @@ mod tests {
                 "42", "2", // the time, two sets
                 "1", "fw", "5", "60000", "5", "0", // set 1: a
                 "1", "gcra", "7", "60000", "7", "0", // set 2: b
-                "1", "16", "2", "32", "3", "16", // cost and head (flags + 16 × set) each
+                "1", "32", "2", "64", "3", "32", // cost and head (flags + 32 × set) each
             ]
         );
     }
@@ -656,10 +691,10 @@ mod tests {
         assert_eq!(
             &argv(&joined)[14..],
             [
-                "1", "24", "3", // three of set 1: REPEAT + 16, then the run's length
-                "1", "32", // one of set 2
-                "1", "33", "9", "1", "33", "9", // request ids are never a run
-                "1", "16", // set 1 again
+                "1", "40", "3", // three of set 1: REPEAT + 32, then the run's length
+                "1", "64", // one of set 2
+                "1", "65", "9", "1", "65", "9", // request ids are never a run
+                "1", "32", // set 1 again
             ]
         );
     }

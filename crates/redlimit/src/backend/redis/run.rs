@@ -50,7 +50,7 @@ impl RedisBackend {
         })
     }
 
-    /// Runs a script that is not a check (a lease's acquire or renew, a settle) within the
+    /// Runs a script that is not a check (a lease's renewal, a settle) within the
     /// budget.
     pub(super) async fn script(
         &self,

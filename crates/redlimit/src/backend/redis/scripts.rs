@@ -44,7 +44,7 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
     }
 }
 
-/// The prelude, every algorithm (with its settle when `$settles`) and their dispatch by name,
+/// The prelude, every algorithm (with its settle when `$settles`), leases, their dispatch by name,
 /// overrides and bans, the protocol's readers, then `$entry`.
 macro_rules! every {
     ($settles:literal, $entry:literal) => {
@@ -58,6 +58,7 @@ macro_rules! every {
             include_str!("../../../lua/sliding_window_counter.lua"),
             include_str!("../../../lua/token_bucket.lua"),
             include_str!("../../../lua/gcra.lua"),
+            include_str!("../../../lua/lease.lua"),
             include_str!("../../../lua/dispatch.lua"),
             include_str!("../../../lua/marks.lua"),
             include_str!("../../../lua/protocol.lua"),
@@ -74,12 +75,6 @@ const INSPECT: &str = every!("false", "inspect.lua");
 
 /// The Lua source of the script giving back what reservations took.
 const SETTLE: &str = every!("true", "settle.lua");
-
-/// The Lua source of the script that acquires a concurrency lease.
-const ACQUIRE: &str = concat!(
-    include_str!("../../../lua/prelude.lua"),
-    include_str!("../../../lua/acquire.lua")
-);
 
 /// The Lua source of the script that renews a concurrency lease.
 const RENEW: &str = concat!(
@@ -119,7 +114,6 @@ pub(crate) struct Scripts {
     check: Script,
     pub(crate) inspect: Script,
     pub(crate) settle: Script,
-    pub(crate) acquire: Script,
     pub(crate) renew: Script,
 }
 
@@ -130,7 +124,6 @@ impl Scripts {
             check: Script::new(CHECK),
             inspect: Script::new(INSPECT),
             settle: Script::new(SETTLE),
-            acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
         }
     }
