@@ -34,15 +34,16 @@ impl Leases {
     /// than `limit` live ones are held (expired leases reclaimed first) goes to `decide`, which
     /// decides the check's policies (taking only when told the lease is free) and says whether
     /// the check was admitted: the lease is then taken. The set stays locked meanwhile, so
-    /// the lease and the policies are decided as one.
-    pub(crate) fn hold(
+    /// the lease and the policies are decided as one. What `decide` made, and the lease's
+    /// answer.
+    pub(crate) fn hold<T>(
         &self,
         key: &str,
         (limit, ttl_ms): (u64, u64),
         id: &str,
         now_ms: u64,
-        decide: impl FnOnce(bool) -> bool,
-    ) -> Acquired {
+        decide: impl FnOnce(bool) -> (T, bool),
+    ) -> (T, Acquired) {
         let mut sets = self.sets.lock().unwrap_or_else(PoisonError::into_inner);
         let key = self.ids.id(key);
         if !sets.contains_key(&key) && sets.len() >= self.max_keys {
@@ -57,18 +58,19 @@ impl Leases {
         set.retain(|(_, expiry)| *expiry > now_ms);
         let held = set.len() as u64;
         let granted = held < limit;
-        let admitted = decide(granted);
+        let (decided, admitted) = decide(granted);
         if !granted {
             let earliest = set
                 .iter()
                 .map(|(_, expiry)| *expiry)
                 .min()
                 .unwrap_or(now_ms);
-            return Acquired {
+            let refused = Acquired {
                 granted,
                 free: 0,
                 wait_ms: earliest - now_ms,
             };
+            return (decided, refused);
         }
         let mut free = limit - held;
         if admitted {
@@ -77,11 +79,12 @@ impl Leases {
         } else if set.is_empty() {
             sets.remove(&key);
         }
-        Acquired {
+        let acquired = Acquired {
             granted,
             free,
             wait_ms: 0,
-        }
+        };
+        (decided, acquired)
     }
 
     /// Extends lease `id` to `ttl_ms` from `now_ms`; whether it was still held.
@@ -137,7 +140,9 @@ mod tests {
 
     /// Decides lease `id` at `now_ms` for a check whose policies admit.
     fn acquire(leases: &Leases, key: &str, limit: u64, id: &str, now_ms: u64) -> Acquired {
-        leases.hold(key, (limit, 1_000), id, now_ms, |_| true)
+        leases
+            .hold(key, (limit, 1_000), id, now_ms, |_| ((), true))
+            .1
     }
 
     #[test]
@@ -166,9 +171,9 @@ mod tests {
     #[test]
     fn a_check_its_policies_refuse_takes_no_lease() {
         let leases = Leases::new(10);
-        let refused = leases.hold("k", (1, 1_000), "a", 0, |free| {
+        let ((), refused) = leases.hold("k", (1, 1_000), "a", 0, |free| {
             assert!(free);
-            false
+            ((), false)
         });
         assert_eq!((refused.granted, refused.free), (true, 1));
         assert!(acquire(&leases, "k", 1, "b", 0).granted);

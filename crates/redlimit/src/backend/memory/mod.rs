@@ -230,7 +230,7 @@ impl MemoryBackend {
     /// policies as one (the twin of `lua/check.lua`'s LEASE), the lease held by the decisions.
     pub(crate) fn start(&self, query: Query<'_>) -> Started {
         let Some(concurrency) = query.set.concurrency() else {
-            return self.decide(query);
+            return Started::Ready(Ok(self.decide(query)));
         };
         let now_us = query.options.at.unwrap_or_else(Timestamp::now).as_micros();
         let query = Query {
@@ -243,23 +243,18 @@ impl MemoryBackend {
         let key = concurrency.key(query.keys, query.clients().first());
         let id = lease_id();
         let numbers = (concurrency.limit(), concurrency.lease_ttl_ms());
-        let mut decided = None;
-        let acquired = self
+        let (decisions, acquired) = self
             .leases()
             .hold(&key, numbers, &id, now_us / 1000, |free| {
                 // Refused a lease, the check's policies decide without taking.
                 let decisions = if free {
                     self.decide(query)
                 } else {
-                    Started::Ready(Ok(self.peek_set(query, now_us)))
+                    self.peek_set(query, now_us)
                 };
-                let admitted = matches!(&decisions, Started::Ready(Ok(d)) if d.allowed());
-                decided = Some(decisions);
-                admitted && query.options.cost > 0
+                let admitted = decisions.allowed() && query.options.cost > 0;
+                (decisions, admitted)
             });
-        let Some(Started::Ready(Ok(decisions))) = decided else {
-            return decided.unwrap_or_else(|| self.decide(query));
-        };
         let taken = decisions.allowed() && acquired.granted && query.options.cost > 0;
         let decisions = decisions.and(concurrency.decision(acquired, Reason::Memory));
         if !taken {
@@ -286,7 +281,7 @@ impl MemoryBackend {
     }
 
     /// Decides `query`'s policies here and now.
-    fn decide(&self, query: Query<'_>) -> Started {
+    fn decide(&self, query: Query<'_>) -> Decisions {
         let Query {
             keys,
             set,
@@ -321,7 +316,7 @@ impl MemoryBackend {
                     mark_overridden(&mut decisions, set);
                 }
                 let decisions = Decisions::new(decisions);
-                return Started::Ready(Ok(stamp(decisions, options, set, client, Some(now_us))));
+                return stamp(decisions, options, set, client, Some(now_us));
             }
             None => (answers(), Some(now_us)),
         };
@@ -334,7 +329,7 @@ impl MemoryBackend {
             mark_overridden(&mut decisions, set);
         }
         let decisions = Decisions::new(decisions);
-        Started::Ready(Ok(stamp(decisions, options, set, client, taken_at_us)))
+        stamp(decisions, options, set, client, taken_at_us)
     }
 }
 

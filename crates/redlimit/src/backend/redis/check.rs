@@ -90,12 +90,7 @@ impl RedisBackend {
                 .pop()
                 .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
             let taken_at_us = reply.taken_at_us;
-            let decisions = leased(
-                &set,
-                reply,
-                |(key, id)| (redis.clone().into(), key, id),
-                lease,
-            );
+            let decisions = leased(&set, reply, lease, &redis);
             let each = borrowed_keys(each.as_ref());
             let options = Options {
                 once: once.as_deref().map(|id| (id, 0)),
@@ -197,14 +192,13 @@ enum Slot {
     Several(Vec<SlotGroup>),
 }
 
-/// A check's decisions of `set` from a script's `reply`, holding the lease it took (named by
-/// `lease`, with the backend it lives on from `on`) when its concurrency limit granted one to
-/// an admitted check.
-pub(super) fn leased<L>(
+/// A check's decisions of `set` from a script's `reply`, holding the lease it took on `redis`
+/// (its key and id: `lease`) when its concurrency limit granted one to an admitted check.
+fn leased(
     set: &PolicySet,
     mut reply: Reply,
-    on: impl FnOnce(L) -> (crate::Backend, String, String),
-    lease: Option<L>,
+    lease: Option<(String, String)>,
+    redis: &RedisBackend,
 ) -> Decisions {
     let acquired = reply.lease.take();
     let mut items = decisions_of(set, reply);
@@ -214,9 +208,9 @@ pub(super) fn leased<L>(
     items.push(concurrency.decision(acquired, Reason::Redis));
     let decisions = Decisions::new(items);
     match lease {
-        Some(lease) if decisions.allowed() && acquired.granted => {
-            let (backend, key, id) = on(lease);
-            decisions.leased(Lease::new(backend, key, id, concurrency.lease_ttl_ms()))
+        Some((key, id)) if decisions.allowed() && acquired.granted => {
+            let ttl_ms = concurrency.lease_ttl_ms();
+            decisions.leased(Lease::new(redis.clone().into(), key, id, ttl_ms))
         }
         _ => decisions,
     }
