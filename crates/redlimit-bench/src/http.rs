@@ -243,6 +243,8 @@ pub(crate) async fn run(
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
     let mut tallies: Vec<Tally> = servers.iter().map(|_| Tally::default()).collect();
     let mut server_cpu_ns: Vec<Option<u64>> = vec![Some(0); servers.len()];
+    // Each round's requests per second and server CPU per request, per contender.
+    let mut rounds: Vec<Vec<(f64, Option<u64>)>> = vec![Vec::new(); servers.len()];
     let schedule = Schedule::new(settings);
     for round in 0..schedule.rounds {
         for at in round_order(round, servers.len()) {
@@ -281,10 +283,15 @@ pub(crate) async fn run(
                 latencies.extend(task.await.expect("a load task panicked"));
             }
             let elapsed = started.elapsed();
-            *cpu = cpu
-                .zip(cpu_before)
+            let used = cpu_before
                 .zip(server_cpu_ns_now())
-                .map(|((sum, before), after)| sum + after.saturating_sub(before));
+                .map(|(before, after)| after.saturating_sub(before));
+            *cpu = cpu.zip(used).map(|(sum, used)| sum + used);
+            let requests = latencies.len() as f64;
+            rounds[at].push((
+                requests / elapsed.as_secs_f64().max(1e-9),
+                used.map(|used| used / (latencies.len() as u64).max(1)),
+            ));
             tally.add(
                 latencies,
                 elapsed,
@@ -295,6 +302,7 @@ pub(crate) async fn run(
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
+    print_rounds(servers, &rounds);
     let requests = schedule.calls().max(1) as u64;
     servers
         .iter()
@@ -309,6 +317,37 @@ pub(crate) async fn run(
             row
         })
         .collect()
+}
+
+/// Per contender, the median and range over the rounds of its requests per second as a ratio
+/// to bare axum's in the same round, and of its server CPU per request: figures a burst of
+/// noise in one round does not carry, unlike the totals of the table.
+fn print_rounds(servers: &[(&'static str, SocketAddr)], rounds: &[Vec<(f64, Option<u64>)>]) {
+    let spread = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        let at = |i: usize| values.get(i).copied().unwrap_or(f64::NAN);
+        (
+            at(values.len() / 2),
+            at(0),
+            at(values.len().saturating_sub(1)),
+        )
+    };
+    println!(
+        "\nhttp, per round: median (min – max) of the ratio to http_bare in the same round, \
+              and of server CPU µs per request"
+    );
+    let bare = &rounds[0];
+    for ((name, _), own) in servers.iter().zip(rounds) {
+        let ratios = own.iter().zip(bare).map(|(own, bare)| own.0 / bare.0);
+        let (ratio, low, high) = spread(ratios.collect());
+        let cpu = own
+            .iter()
+            .filter_map(|(_, cpu)| cpu.map(|ns| ns as f64 / 1000.0));
+        let (cpu, cpu_low, cpu_high) = spread(cpu.collect());
+        println!(
+            "{name:<24} {ratio:.3} ({low:.3} – {high:.3})   {cpu:.2} µs ({cpu_low:.2} – {cpu_high:.2})"
+        );
+    }
 }
 
 /// The name of the HTTP server runtime's threads.

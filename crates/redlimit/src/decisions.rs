@@ -33,7 +33,8 @@ use crate::{Decision, Error, Lease, PolicySet, Reason, RetryAfter};
 /// ```
 #[derive(Debug, Clone)]
 pub struct Decisions {
-    items: Vec<Decision>,
+    /// Shared, so a clone (into a handler's extensions, say) costs no copy.
+    items: Arc<[Decision]>,
     /// Shared, so the decisions can be cloned (into a handler's extensions, say).
     error: Option<Arc<Error>>,
     /// An admitted reservation: what a settle changes.
@@ -62,7 +63,8 @@ pub(crate) struct Reservation {
 
 impl Decisions {
     /// Decisions of a check that the backend answered; `items` is not empty.
-    pub(crate) fn new(items: Vec<Decision>) -> Self {
+    pub(crate) fn new(items: impl Into<Arc<[Decision]>>) -> Self {
+        let items = items.into();
         debug_assert!(!items.is_empty(), "a check has at least one policy");
         Self {
             items,
@@ -112,7 +114,7 @@ impl Decisions {
 
     /// The same decisions (and reservation), every one of them decided by `reason`.
     pub(crate) fn decided_by(mut self, reason: Reason) -> Self {
-        for decision in &mut self.items {
+        for decision in self.items_mut() {
             decision.reason = reason;
         }
         self
@@ -121,7 +123,7 @@ impl Decisions {
     /// The same decisions with every denial let through as [`Reason::Shadow`], its quota and
     /// waits kept.
     pub(crate) fn shadowed(mut self) -> Self {
-        for decision in self.items.iter_mut().filter(|d| !d.allowed) {
+        for decision in self.items_mut().iter_mut().filter(|d| !d.allowed) {
             decision.allowed = true;
             decision.reason = Reason::Shadow;
         }
@@ -172,8 +174,17 @@ impl Decisions {
     /// These decisions and `decision`, of the set's concurrency limit: the request passes only
     /// if it allows too.
     pub(crate) fn and(mut self, decision: Decision) -> Self {
-        self.items.push(decision);
+        let items = self.items.iter().cloned().chain([decision]);
+        self.items = items.collect();
         self
+    }
+
+    /// The decisions to change, copied first if a clone shares them.
+    pub(crate) fn items_mut(&mut self) -> &mut [Decision] {
+        if Arc::get_mut(&mut self.items).is_none() {
+            self.items = self.items.iter().cloned().collect();
+        }
+        Arc::get_mut(&mut self.items).unwrap_or_default()
     }
 
     /// Why the failure policy answered instead of the backend, when a
@@ -196,7 +207,12 @@ impl Decisions {
             return self;
         };
         let (reserved, cost) = (reservation.set.len(), reservation.cost);
-        for d in self.items.iter_mut().take(reserved).filter(|d| d.allowed) {
+        for d in self
+            .items_mut()
+            .iter_mut()
+            .take(reserved)
+            .filter(|d| d.allowed)
+        {
             d.remaining = (d.remaining.saturating_add(cost)).saturating_sub(actual);
         }
         self
@@ -204,7 +220,7 @@ impl Decisions {
 
     /// The decisions, one per policy.
     pub fn into_vec(self) -> Vec<Decision> {
-        self.items
+        self.items.to_vec()
     }
 }
 
@@ -230,6 +246,6 @@ impl IntoIterator for Decisions {
     type IntoIter = std::vec::IntoIter<Decision>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.items.into_iter()
+        self.into_vec().into_iter()
     }
 }

@@ -258,7 +258,7 @@ impl Runtime {
         match key {
             Ok(Some(key)) => {
                 let tier = self.for_request(request, &key);
-                let keys = match tier.keys_of(request) {
+                let keys = match tier.keys_of(request, &key) {
                     PolicyKeys::Layer => None,
                     PolicyKeys::Each(keys) => Some(keys),
                     PolicyKeys::Pass => return Admit::Pass,
@@ -292,14 +292,18 @@ impl Tier {
     /// The key of each policy of `request` when some have extractors of their own (`None`:
     /// every policy is keyed by the layer's key), or, for a request without one of them, the
     /// missing-key rule's answer (`None`: let it through unlimited).
-    fn keys_of<'a>(&'a self, request: &'a Parts) -> PolicyKeys<'a> {
+    fn keys_of<'a>(&'a self, request: &'a Parts, key: &'a str) -> PolicyKeys<'a> {
         if self.keyed.is_empty() {
             return PolicyKeys::Layer;
         }
         let settings = &self.settings;
         let mut keys = Vec::with_capacity(self.keyed.len());
         for extractor in &self.keyed {
-            let extractor = extractor.as_ref().unwrap_or(&settings.key);
+            // A policy without an extractor of its own is keyed by the layer's key, read once.
+            let Some(extractor) = extractor else {
+                keys.push(Cow::Borrowed(key));
+                continue;
+            };
             let key = match (extractor.extract(request), &settings.missing_key) {
                 (Some(key), _) => key,
                 (None, MissingKey::Shared(shared)) => Cow::Borrowed(shared.as_str()),

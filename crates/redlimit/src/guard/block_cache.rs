@@ -138,7 +138,7 @@ impl BlockCache {
             .get(slot.id)
             .filter(|block| block.denies(cost, now_us, heard))?;
         let left = Duration::from_micros(block.until_us - now_us);
-        let decisions = block
+        let decisions: Vec<_> = block
             .decisions
             .iter()
             .map(|d| Decision {

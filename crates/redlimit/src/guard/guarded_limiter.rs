@@ -357,7 +357,7 @@ impl GuardedLimiter {
                 let concurrency =
                     concurrency.map(|c| Decision::fail_open_of(c.name().into(), c.limit()));
                 let open = guard.policies.iter().map(Decision::fail_open);
-                let open = open.chain(concurrency).collect();
+                let open: Vec<_> = open.chain(concurrency).collect();
                 return Check::ready(guard.finish(Decisions::new(open).with_error(error), &span));
             }
             FailurePolicy::Closed => {
@@ -436,7 +436,7 @@ impl Guard {
             .policies
             .concurrency()
             .map(|c| Decision::fail_closed_of(c.name().into(), c.limit(), retry));
-        Decisions::new(closed.chain(concurrency).collect())
+        Decisions::new(closed.chain(concurrency).collect::<Vec<_>>())
     }
 
     /// The check's span: the client only as a keyed hash, since the client text may be an API

@@ -10,6 +10,9 @@ use crate::{
     client_id::{ClientId, ClientIds},
 };
 
+// A check's shards are a bitmask of a `u32`.
+const _: () = assert!(SHARDS <= 32);
+
 /// The locked shards of a check of `policies` policies, and each policy's client id.
 pub(super) enum Locked<'a> {
     One(ClientId, MutexGuard<'a, Shard>),
@@ -33,24 +36,27 @@ impl<'a> Locked<'a> {
             let client = ids.id(clients.client);
             return Self::One(client, lock(ClientIds::shard(client, SHARDS)));
         }
-        let clients: Vec<ClientId> = (0..policies).map(|i| ids.id(clients.of(i))).collect();
-        let mut places: Vec<usize> = clients
-            .iter()
-            .map(|&client| ClientIds::shard(client, SHARDS))
-            .collect();
-        places.sort_unstable();
-        places.dedup();
-        let of = clients
-            .iter()
-            .map(|&client| {
-                let place = ClientIds::shard(client, SHARDS);
-                (client, places.binary_search(&place).unwrap_or_default())
+        let of: Vec<(ClientId, usize)> = (0..policies)
+            .map(|i| {
+                let client = ids.id(clients.of(i));
+                (client, ClientIds::shard(client, SHARDS))
             })
             .collect();
-        Self::Each {
-            guards: places.into_iter().map(lock).collect(),
-            of,
-        }
+        // The shards needed, as bits: locked in shard order, each policy pointing at its
+        // shard's guard by the number of needed shards below it.
+        let needed = of.iter().fold(0_u32, |bits, &(_, shard)| bits | 1 << shard);
+        let guards = (0..SHARDS)
+            .filter(|shard| needed & 1 << shard != 0)
+            .map(lock)
+            .collect();
+        let of = of
+            .into_iter()
+            .map(|(client, shard)| {
+                let below = needed & ((1 << shard) - 1);
+                (client, below.count_ones() as usize)
+            })
+            .collect();
+        Self::Each { guards, of }
     }
 
     /// The client id of the `i`th policy.

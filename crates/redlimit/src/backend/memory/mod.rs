@@ -168,40 +168,32 @@ impl MemoryBackend {
     /// Checks all `policies` (the query's, or its client's override) for the query's client at
     /// `now_us` atomically (the client's keys share a shard, whose lock is held for the whole
     /// check) and turns each policy's answer into a `T` (a decision) on the way out.
-    pub(crate) fn check<T>(
+    pub(crate) fn check<T, C: FromIterator<T>>(
         &self,
         query: Query<'_>,
         policies: &[Policy],
         now_us: u64,
         mut finish: impl FnMut(&Policy, Answer) -> T,
-    ) -> Vec<T> {
+    ) -> C {
         let (keys, cost) = (query.keys, query.options.cost);
         let mut locked = Locked::new(&self.shards, &self.ids, query.clients(), policies.len());
         if let [policy] = policies {
             let id = KeyIds::of(keys, policy, locked.client(0));
-            return vec![finish(
-                policy,
-                locked.shard(0).check_one(policy, id, cost, now_us),
-            )];
+            let answer = locked.shard(0).check_one(policy, id, cost, now_us);
+            return std::iter::once(finish(policy, answer)).collect();
         }
-        let ids: Vec<KeyId> = policies
+        let plans: Vec<(Plan, KeyId)> = policies
             .iter()
             .enumerate()
-            .map(|(i, policy)| KeyIds::of(keys, policy, locked.client(i)))
-            .collect();
-        let plans: Vec<Plan> = policies
-            .iter()
-            .zip(&ids)
-            .enumerate()
-            .map(|(i, (policy, &id))| {
+            .map(|(i, policy)| {
+                let id = KeyIds::of(keys, policy, locked.client(i));
                 let state = locked.shard(i).live(id, now_us);
-                algorithm::plan(policy, state, now_us, cost)
+                (algorithm::plan(policy, state, now_us, cost), id)
             })
             .collect();
-        let admitted = plans.iter().all(|plan| plan.outcome.is_ok());
+        let admitted = plans.iter().all(|(plan, _)| plan.outcome.is_ok());
         plans
             .into_iter()
-            .zip(ids)
             .zip(policies)
             .enumerate()
             .map(|(i, ((plan, id), policy))| {
@@ -277,7 +269,7 @@ impl MemoryBackend {
             );
             decision(policy, peeked.answer, Reason::Memory)
         });
-        Decisions::new(items.collect())
+        Decisions::new(items.collect::<Vec<_>>())
     }
 
     /// Decides `query`'s policies here and now.
@@ -309,13 +301,14 @@ impl MemoryBackend {
             }
             None if !bans => {
                 // The common check: decisions made on the way out, no answers kept.
-                let mut decisions = self.check(query, policies, now_us, |p, a| {
+                // Gathered where they are shared, with no copy.
+                let decisions: Arc<[Decision]> = self.check(query, policies, now_us, |p, a| {
                     decision(p, a, Reason::Memory)
                 });
+                let mut decisions = Decisions::new(decisions);
                 if overridden.is_some() {
-                    mark_overridden(&mut decisions, set);
+                    mark_overridden(decisions.items_mut(), set);
                 }
-                let decisions = Decisions::new(decisions);
                 return stamp(decisions, options, set, client, Some(now_us));
             }
             None => (answers(), Some(now_us)),
@@ -411,7 +404,7 @@ impl MemoryBackend {
             .iter()
             .map(|key| key.as_deref().and_then(|key| bans.banned(key, now)))
             .collect();
-        let mut answers = if banned.iter().any(Option::is_some) {
+        let mut answers: Vec<Answer> = if banned.iter().any(Option::is_some) {
             policies
                 .iter()
                 .zip(&banned)
@@ -636,9 +629,8 @@ mod tests {
             client,
             options: &Options::default(),
         };
-        backend
-            .check(query, &set, now_ms * 1000, |_, a| a)
-            .remove(0)
+        let mut answers: Vec<Answer> = backend.check(query, &set, now_ms * 1000, |_, a| a);
+        answers.remove(0)
     }
 
     #[test]

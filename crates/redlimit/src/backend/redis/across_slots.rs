@@ -260,7 +260,13 @@ impl RedisBackend {
             if let Some(error) = failed {
                 return Err(error);
             }
-            let decisions = Decisions::new(decided.into_iter().flatten().chain(leased).collect());
+            let decisions = Decisions::new(
+                decided
+                    .into_iter()
+                    .flatten()
+                    .chain(leased)
+                    .collect::<Vec<_>>(),
+            );
             let decisions = match held {
                 Some(lease) if every => decisions.leased(lease),
                 _ => decisions,
