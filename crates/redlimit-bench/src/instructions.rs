@@ -101,7 +101,7 @@ impl Drop for Counted {
 /// Counted over 40,000 decisions, rows moved up to 8% between runs here (the naive script's with
 /// how many of its calls Redis reads at once; a fixed window's with whether a minute boundary,
 /// every client's new window, falls inside the count).
-pub(crate) fn run(settings: &Settings) -> Vec<Row> {
+pub(crate) fn run(settings: &Settings, keys: &Keys) -> Vec<Row> {
     let counted = Counted::start();
     let url = counted.server.url();
     let mut admin = admin(&url);
@@ -111,14 +111,13 @@ pub(crate) fn run(settings: &Settings) -> Vec<Row> {
         .query(&mut admin)
         .expect("SCRIPT LOAD");
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
-    let keys = Keys::uniform(settings.keys);
     let decisions = settings.decisions.max(1);
     let mut rows = Vec::new();
     for (name, contender) in contenders(&url, &naive_sha1) {
-        drive(&contender, &keys, &clients, 5 * settings.keys);
+        drive(&contender, keys, &clients, 5 * settings.keys);
         let before = script_calls(&mut admin);
         counted.control(&["--instr=on"]);
-        let (latencies, elapsed) = drive(&contender, &keys, &clients, decisions);
+        let (latencies, elapsed) = drive(&contender, keys, &clients, decisions);
         counted.control(&["--instr=off"]);
         let instructions = counted.count();
         let calls = script_calls(&mut admin).commands - before.commands;
@@ -139,7 +138,7 @@ pub(crate) fn run(settings: &Settings) -> Vec<Row> {
 }
 
 /// Prints the rows with each one's ratio to the naive script's count, then their JSON lines.
-pub(crate) fn print(rows: &[Row]) {
+pub(crate) fn print(rows: &[Row], keys: &str) {
     let per_decision = |row: &Row| {
         row.extra
             .iter()
@@ -151,7 +150,7 @@ pub(crate) fn print(rows: &[Row]) {
         .find(|row| row.contender == NAIVE)
         .map_or(f64::NAN, |row| per_decision(row) as f64);
     println!(
-        "\ninstructions (redis-server under callgrind: its instructions per decision, uniform keys)"
+        "\ninstructions (redis-server under callgrind: its instructions per decision, {keys} keys)"
     );
     println!(
         "{:<24} {:>14} {:>10} {:>10}",

@@ -17,6 +17,7 @@ mod saturation;
 use std::process::ExitCode;
 
 use redlimit_tests::RedisServer;
+use saturation::Keys;
 
 const USAGE: &str =
     "usage: redlimit-bench [--mode all|decisions|saturation|saturate|http|flood|memory|accuracy|
@@ -256,6 +257,11 @@ fn instructions(settings: &Settings) -> ExitCode {
         "redlimit-bench: N = {} counted decisions per contender after 5 K to warm up, K = {}",
         settings.decisions, settings.keys
     );
-    instructions::print(&instructions::run(settings));
+    for (name, keys) in [
+        ("uniform", Keys::uniform(settings.keys)),
+        ("Zipf (s = 1.1)", Keys::zipf(settings.keys)),
+    ] {
+        instructions::print(&instructions::run(settings, &keys), name);
+    }
     ExitCode::SUCCESS
 }

@@ -116,7 +116,7 @@ impl Keys {
         Self { cdf: None, keys }
     }
 
-    fn zipf(keys: usize) -> Self {
+    pub(crate) fn zipf(keys: usize) -> Self {
         let weights: Vec<f64> = (1..=keys).map(|k| 1.0 / (k as f64).powf(ZIPF_S)).collect();
         let total: f64 = weights.iter().sum();
         let mut sum = 0.0;

@@ -22,10 +22,10 @@ use super::{
     RedisBackend,
     batch::Member,
     check::decisions_of,
-    protocol::{self, LeaseRequest, Request},
+    protocol::{LeaseRequest, Request},
 };
 use crate::{
-    Decision, Decisions, Error, ErrorKind, KeyScheme, Lease, Policy, Reason, Timestamp,
+    Decision, Decisions, Error, KeyScheme, Lease, Policy, Reason, Timestamp,
     backend::query::{Clients, Query, Settlement, Started},
     check_request::OwnedKeys,
     concurrency::lease_id,
@@ -160,22 +160,8 @@ impl RedisBackend {
                             .map(|(policy, (key, id))| LeaseRequest { policy, key, id }),
                         ..part.request()
                     };
-                    let member = Member {
-                        call: protocol::encode(&scheme, now_us, &[request]),
-                        lean: request.lean(),
-                        reply_len: request.reply_len(),
-                        slot: group.slot,
-                        deadline,
-                    };
-                    let redis = &redis;
-                    async move {
-                        let reply = tokio::time::timeout_at(deadline, redis.decide(member))
-                            .await
-                            .unwrap_or_else(|_| Err(redis.timed_out(budget)))?;
-                        protocol::decode(&reply, &[request])?
-                            .pop()
-                            .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))
-                    }
+                    let member = Member::alone(&scheme, now_us, &request, group.slot, deadline);
+                    redis.reply_alone(member, request, budget)
                 });
             let mut decided: Vec<Option<Decision>> = vec![None; set.len()];
             // Whether each group admitted, and the time it took at (its server's) when it took

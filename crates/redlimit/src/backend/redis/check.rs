@@ -21,6 +21,25 @@ use crate::{
     policy::MAX_EXACT,
 };
 
+impl Member {
+    /// The call of `request` alone for `slot`'s batches, answered by `deadline`.
+    pub(super) fn alone(
+        keys: &KeyScheme,
+        now_us: Option<u64>,
+        request: &Request<'_>,
+        slot: u16,
+        deadline: tokio::time::Instant,
+    ) -> Self {
+        Self {
+            call: protocol::encode(keys, now_us, &[*request]),
+            lean: request.lean(),
+            reply_len: request.reply_len(),
+            slot,
+            deadline,
+        }
+    }
+}
+
 impl RedisBackend {
     /// Begins `query`: sent when the returned future is first polled.
     pub(crate) fn start(&self, query: Query<'_>) -> Started {
@@ -48,13 +67,8 @@ impl RedisBackend {
         };
         let now_us = options.at.map(Timestamp::as_micros);
         let budget = options.budget.unwrap_or(self.inner.budget);
-        let member = Member {
-            call: protocol::encode(keys, now_us, &[request]),
-            lean: request.lean(),
-            reply_len: request.reply_len(),
-            slot,
-            deadline: tokio::time::Instant::now() + budget,
-        };
+        let deadline = tokio::time::Instant::now() + budget;
+        let member = Member::alone(keys, now_us, &request, slot, deadline);
         let (redis, set) = (self.clone(), query.set.clone());
         // Only a reservation keeps its clients and request id, for the settle.
         let (client, each, once) = if options.reserve {
@@ -79,16 +93,7 @@ impl RedisBackend {
                     .map(|(policy, (key, id))| LeaseRequest { policy, key, id }),
                 ..Request::new(&set, "")
             };
-            // The check's one timer, over its wait in the queue and its call. Awaited here,
-            // not in `within_budget`: a check's future holds redis-rs's large one, and one
-            // more layer around it cost about 1 µs of CPU per check in the benchmark's HTTP
-            // mode (moves and polls of the larger state).
-            let reply = tokio::time::timeout(budget, redis.decide(member))
-                .await
-                .unwrap_or_else(|_| Err(redis.timed_out(budget)))?;
-            let reply = protocol::decode(&reply, &[request])?
-                .pop()
-                .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))?;
+            let reply = redis.reply_alone(member, request, budget).await?;
             let taken_at_us = reply.taken_at_us;
             let decisions = leased(&set, reply, lease, &redis);
             let each = borrowed_keys(each.as_ref());
@@ -99,6 +104,22 @@ impl RedisBackend {
             };
             Ok(stamp(decisions, &options, &set, &client, taken_at_us))
         }))
+    }
+
+    /// The reply to `member`, a call of `request` alone, read as `request`'s. The check's one
+    /// timer (`budget`, to the member's deadline) covers its wait in the queue and its call.
+    pub(super) async fn reply_alone(
+        &self,
+        member: Member,
+        request: Request<'_>,
+        budget: Duration,
+    ) -> Result<Reply, Error> {
+        let reply = tokio::time::timeout_at(member.deadline, self.decide(member))
+            .await
+            .unwrap_or_else(|_| Err(self.timed_out(budget)))?;
+        protocol::decode(&reply, &[request])?
+            .pop()
+            .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))
     }
 
     /// The Cluster slot of the check's keys, which batches are made of: 0 off a Cluster, and
