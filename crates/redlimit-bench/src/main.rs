@@ -160,9 +160,13 @@ fn main() -> ExitCode {
     }
     if settings.runs("decisions") || settings.mode == "saturation" {
         let (uniform, zipf) = saturation::run(&url, &settings);
-        report::print(
+        let title = format!(
             "saturation, uniform keys (2 client threads × 256 in flight; Redis µs = redis-server \
-             CPU per decision; cmds/dec = script calls per decision; median of 3 rounds)",
+             CPU per decision; cmds/dec = script calls per decision; median of {} rounds)",
+            saturation::rounds(&settings)
+        );
+        report::print(
+            &title,
             &uniform,
             decisions::NAIVE,
         );

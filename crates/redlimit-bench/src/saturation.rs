@@ -316,6 +316,13 @@ fn measure(
     }
 }
 
+/// How many rounds each contender runs: `--rounds`, as many as leave each round (N / rounds
+/// decisions) 10,000 or more.
+pub(crate) fn rounds(settings: &Settings) -> usize {
+    let most = (settings.decisions / 10_000).max(1);
+    settings.rounds.clamp(1, most)
+}
+
 /// The rows of both key distributions, each contender's rounds interleaved with the others'.
 pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Row>) {
     let mut admin = admin(url);
@@ -326,8 +333,8 @@ pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Row>) {
         .expect("SCRIPT LOAD");
     let contenders = contenders(url, &naive_sha1);
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
-    let rounds = settings.rounds.clamp(1, 3);
-    let per_round = (settings.decisions / rounds).max(10_000);
+    let rounds = rounds(settings);
+    let per_round = settings.decisions / rounds;
     let mut tables = Vec::new();
     for keys in [Keys::uniform(settings.keys), Keys::zipf(settings.keys)] {
         let mut rows: Vec<Vec<Row>> = vec![Vec::new(); contenders.len()];
