@@ -165,11 +165,7 @@ fn main() -> ExitCode {
              CPU per decision; cmds/dec = script calls per decision; median of {} rounds)",
             saturation::rounds(&settings)
         );
-        report::print(
-            &title,
-            &uniform,
-            decisions::NAIVE,
-        );
+        report::print(&title, &uniform, decisions::NAIVE);
         report::print(
             "saturation, Zipf keys (s = 1.1 over K)",
             &zipf,
