@@ -10,6 +10,7 @@ mod flood;
 mod http;
 mod instructions;
 mod memory_table;
+mod process_cpu;
 mod report;
 mod saturate;
 mod saturation;

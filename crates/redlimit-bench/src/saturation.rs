@@ -19,6 +19,7 @@ use redlimit_tests::script_calls;
 use crate::{
     Settings,
     decisions::{NAIVE, NAIVE_SCRIPT, admin, redis_limiter},
+    process_cpu::process_cpu,
     report::Row,
     saturate::server_cpu,
 };
@@ -289,7 +290,9 @@ fn measure(
     admin: &mut redis::Connection,
 ) -> Row {
     let (cpu, before) = (server_cpu(admin), script_calls(admin));
+    let own = process_cpu();
     let (mut latencies, elapsed) = drive(contender, keys, clients, decisions);
+    let own = own.zip(process_cpu()).map(|(before, after)| after - before);
     let (cpu, after) = (server_cpu(admin) - cpu, script_calls(admin));
     let (calls, usec) = (after.commands - before.commands, after.usec - before.usec);
     latencies.sort_unstable();
@@ -312,6 +315,11 @@ fn measure(
                 (count / cpu.max(1e-9)) as u64,
             ),
             ("script_ns_per_decision", (usec as f64 * 1e3 / count) as u64),
+            // The clients' own CPU (the process's user + system time, 10 ms ticks).
+            (
+                "client_ns_per_decision",
+                own.map_or(0, |own| (own.as_nanos() as f64 / count) as u64),
+            ),
         ],
     }
 }
