@@ -26,7 +26,10 @@ use super::{
 };
 use crate::{
     Decision, Decisions, Error, KeyScheme, Lease, Policy, Reason, Timestamp,
-    backend::query::{Clients, Query, Settlement, Started},
+    backend::{
+        answer::mark_overridden,
+        query::{Clients, Query, Settlement, Started},
+    },
     check_request::OwnedKeys,
     concurrency::lease_id,
     decisions::Reservation,
@@ -185,7 +188,9 @@ impl RedisBackend {
                 };
                 let at_us = reply.taken_at_us;
                 let acquired = reply.lease.take();
-                let decisions = decisions_of(&parts[i].policies, reply);
+                let mut decisions: Vec<Decision> =
+                    decisions_of(&parts[i].policies, reply).collect();
+                mark_overridden(&mut decisions, &parts[i].policies);
                 // The group's policies, and its lease when it carried one.
                 let mut all = decisions.iter().all(|decision| decision.allowed);
                 if let (Some(policy), Some(acquired)) = (concurrency, acquired) {

@@ -1,7 +1,7 @@
 //! The check path: a check encoded once, decided alone or in a batch, its reply read into
 //! decisions; and the settle of a reservation, a script call of its own.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use super::{
     RedisBackend,
@@ -222,14 +222,16 @@ fn leased(
     redis: &RedisBackend,
 ) -> Decisions {
     let acquired = reply.lease.take();
-    let mut items = decisions_of(set, reply);
-    let (Some(concurrency), Some(acquired)) = (set.concurrency(), acquired) else {
-        return Decisions::new(items);
-    };
-    items.push(concurrency.decision(acquired, Reason::Redis));
-    let decisions = Decisions::new(items);
-    match lease {
-        Some((key, id)) if decisions.allowed() && acquired.granted => {
+    let concurrency = set.concurrency().zip(acquired);
+    let leased = concurrency.map(|(policy, acquired)| policy.decision(acquired, Reason::Redis));
+    // Gathered where they are shared, with no copy.
+    let items: Arc<[Decision]> = decisions_of(set, reply).chain(leased).collect();
+    let mut decisions = Decisions::new(items);
+    mark_overridden(decisions.items_mut(), set);
+    match (concurrency, lease) {
+        (Some((concurrency, acquired)), Some((key, id)))
+            if decisions.allowed() && acquired.granted =>
+        {
             let ttl_ms = concurrency.lease_ttl_ms();
             decisions.leased(Lease::new(redis.clone().into(), key, id, ttl_ms))
         }
@@ -238,13 +240,17 @@ fn leased(
 }
 
 /// A check's decisions of `policies` from a script's `reply`: each policy's answer, with the
-/// numbers in force of those that take overrides.
-pub(super) fn decisions_of(policies: &[Policy], reply: Reply) -> Vec<Decision> {
+/// numbers in force of those that take overrides (which decisions differ from their policies',
+/// [`mark_overridden`] tells once they are gathered).
+pub(super) fn decisions_of(
+    policies: &[Policy],
+    reply: Reply,
+) -> impl Iterator<Item = Decision> + '_ {
     let mut in_force = reply.in_force.into_iter();
-    let mut decisions: Vec<Decision> = policies
+    policies
         .iter()
         .zip(reply.answers)
-        .map(|(policy, answer)| {
+        .map(move |(policy, answer)| {
             let mut decision = decision(policy, answer, Reason::Redis);
             let numbers = policy.takes_overrides().then(|| in_force.next()).flatten();
             if let Some(numbers) = numbers {
@@ -254,7 +260,4 @@ pub(super) fn decisions_of(policies: &[Policy], reply: Reply) -> Vec<Decision> {
             }
             decision
         })
-        .collect();
-    mark_overridden(&mut decisions, policies);
-    decisions
 }

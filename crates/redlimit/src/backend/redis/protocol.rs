@@ -4,6 +4,8 @@
 //! check, or a batch of them), each a fixed header of cost and flags naming its set, so no
 //! script infers what it was sent from how many arguments there are.
 
+use std::borrow::Cow;
+
 use deadpool_redis::redis::{Cmd, RedisError};
 
 use super::{scripts::Script, stored_state};
@@ -197,7 +199,9 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             flags |= TAKEN_AT;
             extra.push(Arg::Int(at_us));
         }
-        let mut set = vec![Arg::Int(request.policies.len() as u64)];
+        // Room for every policy's five numbers and a delay's: grown only for a ban's two.
+        let mut set = Vec::with_capacity(1 + 6 * request.policies.len());
+        set.push(Arg::Int(request.policies.len() as u64));
         for (i, policy) in request.policies.iter().enumerate() {
             let client = request.client_of(i);
             let marks = request.marks_of(policy);
@@ -235,7 +239,7 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
             cost: request.cost.min(MAX_EXACT),
             flags,
-            set: set_of(&mut sets, set),
+            set: set_of(&mut sets, Cow::Owned(set)),
             extra,
         });
     }
@@ -249,10 +253,11 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
     }
 }
 
-/// The place of `set` in `sets`, added when it is not there yet.
-fn set_of(sets: &mut Vec<Vec<Arg>>, set: Vec<Arg>) -> usize {
-    sets.iter().position(|s| *s == set).unwrap_or_else(|| {
-        sets.push(set);
+/// The place of `set` in `sets`, added (copied, if borrowed) when it is not there yet: a batch
+/// of one route's checks copies its set once, not once per check.
+fn set_of(sets: &mut Vec<Vec<Arg>>, set: Cow<'_, [Arg]>) -> usize {
+    sets.iter().position(|s| **s == *set).unwrap_or_else(|| {
+        sets.push(set.into_owned());
         sets.len() - 1
     })
 }
@@ -297,7 +302,7 @@ impl Call {
                 time = *now_us;
                 for request in theirs {
                     requests.push(Encoded {
-                        set: set_of(&mut sets, own[request.set].clone()),
+                        set: set_of(&mut sets, Cow::Borrowed(&own[request.set])),
                         extra: request.extra.clone(),
                         ..*request
                     });
