@@ -37,13 +37,11 @@
 -- form on WRONGTYPE).
 
 local NEVER = -2
--- The protocol's flags (see protocol.lua): a request's, then a policy's. Flags holds flag when
--- flags % (2 * flag) >= flag: Redis's Lua has no bit operators, and a call per test would cost
--- more than the arithmetic.
-local ONCE, RESERVE, TAKEN_AT, REPEAT, LEASE = 1, 2, 4, 8, 16
--- A request's head: its flags plus SET_STEP times its set's number.
-local SET_STEP = 32
-local OVERRIDES, BAN, DELAY = 1, 2, 4
+-- The protocol's flags (see protocol.lua), a request's (ONCE, RESERVE, TAKEN_AT, REPEAT, LEASE)
+-- and a policy's (OVERRIDES, BAN, DELAY), and SET_STEP (a request's head is its flags plus
+-- SET_STEP times its set's number) are locals the script's first lines declare, written from the
+-- Rust constants of the protocol. Flags holds flag when flags % (2 * flag) >= flag: Redis's Lua
+-- has no bit operators, and a call per test would cost more than the arithmetic.
 -- Globals read once per script run, not at every use.
 local floor, ceil, max, min, match, format = math.floor, math.ceil, math.max, math.min, string.match,
   string.format

@@ -16,22 +16,49 @@ use crate::{
     policy::MAX_EXACT,
 };
 
-/// A request's flags: counted once per request id, reserved for a settle, a settle giving back
-/// (carrying the time its reservation was taken at; without it a settle charges), repeated (it
-/// stands for a run of requests alike but for their keys), holding a concurrency limit's lease.
-const ONCE: u64 = 1;
-const RESERVE: u64 = 2;
-const TAKEN_AT: u64 = 4;
-const REPEAT: u64 = 8;
-const LEASE: u64 = 16;
-/// A head is its flags plus this many times its set's number.
-const SET_STEP: u64 = 32;
+/// The protocol's numbers, each a Rust constant here and, through [`lua_constants!`], a Lua local
+/// at the head of every script: written once, so the two sides cannot disagree.
+macro_rules! constants {
+    ($($(#[$doc:meta])* $name:ident = $value:literal;)*) => {
+        $($(#[$doc])* const $name: u64 = $value;)*
+
+        /// The protocol's numbers as Lua locals, for the head of every script.
+        macro_rules! lua_constants {
+            () => {
+                concat!($("local ", stringify!($name), " = ", stringify!($value), "\n"),*)
+            };
+        }
+        pub(crate) use lua_constants;
+    };
+}
+
+constants! {
+    // A request's flags: counted once per request id, reserved for a settle, a settle giving
+    // back (carrying the time its reservation was taken at; without it a settle charges),
+    // repeated (it stands for a run of requests alike but for their keys), holding a
+    // concurrency limit's lease.
+    /// A request's flag: counted once per request id.
+    ONCE = 1;
+    /// A request's flag: reserved for a settle.
+    RESERVE = 2;
+    /// A request's flag: a settle giving back, carrying the time its reservation was taken at.
+    TAKEN_AT = 4;
+    /// A request's flag: it stands for a run of requests alike but for their keys.
+    REPEAT = 8;
+    /// A request's flag: it holds a concurrency limit's lease.
+    LEASE = 16;
+    /// A head is its flags plus this many times its set's number.
+    SET_STEP = 32;
+    /// A policy's flag: it reads an override.
+    OVERRIDES = 1;
+    /// A policy's flag: it bans.
+    BAN = 2;
+    /// A policy's flag: it is in delay mode.
+    DELAY = 4;
+}
+
 /// How many integers a lease's answer is: granted, free slots, wait.
 const LEASE_REPLY: usize = 3;
-/// A policy's flags: it reads an override, it bans, it is in delay mode.
-const OVERRIDES: u64 = 1;
-const BAN: u64 = 2;
-const DELAY: u64 = 4;
 
 /// The error code a script raises for a key it cannot read.
 const CORRUPT: &str = "REDLIMIT_CORRUPT";

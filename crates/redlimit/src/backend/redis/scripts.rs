@@ -2,6 +2,7 @@
 //! policy, and one with every algorithm for any requests, so any check is one `EVALSHA`. The
 //! Lua mirrors `crate::algorithm` line for line.
 
+use super::protocol::lua_constants;
 use crate::Algorithm;
 
 /// The script for one policy of an algorithm: the prelude, the algorithm's file
@@ -11,6 +12,7 @@ macro_rules! one {
     ($name:literal, make = $make:expr) => {
         concat!(
             "local SETTLES = false\n",
+            lua_constants!(),
             include_str!("../../../lua/prelude.lua"),
             include_str!(concat!("../../../lua/", $name, ".lua")),
             $make,
@@ -52,6 +54,7 @@ macro_rules! every {
             "local SETTLES = ",
             $settles,
             "\n",
+            lua_constants!(),
             include_str!("../../../lua/prelude.lua"),
             include_str!("../../../lua/fixed_window.lua"),
             include_str!("../../../lua/sliding_window_log.lua"),
@@ -78,6 +81,7 @@ const SETTLE: &str = every!("true", "settle.lua");
 
 /// The Lua source of the script that renews a concurrency lease.
 const RENEW: &str = concat!(
+    lua_constants!(),
     include_str!("../../../lua/prelude.lua"),
     include_str!("../../../lua/renew.lua")
 );
