@@ -8,7 +8,8 @@
 -- Either form is read under any limit, so a changed limit keeps the count. The TTL is set when a
 -- window's counter is created and never extended.
 -- Made by fixed_window_functions when a call first checks a policy of it (dispatch.lua), so a call
--- makes the functions of the algorithms it checks, not every algorithm's.
+-- makes the functions of the algorithms it checks, not every algorithm's: a table of them by
+-- name (see the prelude) for fw, and one for fwa.
 local function fixed_window_functions()
   local PACK = 1000000
   -- A packed count stays below COUNTS, so a count and a cost (at most the limit, below COUNTS)
@@ -284,7 +285,13 @@ local function fixed_window_functions()
       return 1
     end
   end
-  return fixed_window, fixed_window_anchored, fixed_window_take_aligned, fixed_window_take_anchored,
-    SETTLES and window_settle(true), SETTLES and window_settle(false), window_alone(true),
-    fixed_window_untake, window_alone(false)
+  local aligned = {
+    decide = fixed_window, take = fixed_window_take_aligned, settle = SETTLES and window_settle(true),
+    alone = window_alone(true), untake = fixed_window_untake,
+  }
+  local anchored = {
+    decide = fixed_window_anchored, take = fixed_window_take_anchored,
+    settle = SETTLES and window_settle(false), alone = window_alone(false),
+  }
+  return aligned, anchored
 end

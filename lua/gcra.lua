@@ -3,7 +3,8 @@
 -- later; it passes while TAT - now <= burst * interval. A TAT reached by another interval (a
 -- changed limit) is read as the same number of requests owed, at the interval in force.
 -- Made by gcra_functions when a call first checks a policy of it (dispatch.lua), so a call
--- makes the functions of the algorithms it checks, not every algorithm's.
+-- makes the functions of the algorithms it checks, not every algorithm's: a table of
+-- them by name (see the prelude).
 local function gcra_functions()
   -- The most a settle may leave owed (us), so that every TAT stays exact in a double.
   local MAX_DEBT = 2 ^ 52
@@ -105,5 +106,5 @@ local function gcra_functions()
     end
     return 1
   end
-  return gcra, gcra_take, gcra_settle, gcra_alone
+  return { decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone }
 end

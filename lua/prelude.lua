@@ -4,7 +4,7 @@
 -- entries read KEYS and ARGV; everything else takes them as parameters.
 --
 -- An algorithm is four or five functions over plain numbers, so a check builds no closures or
--- plan tables:
+-- plan tables; its file's NAME_functions() makes them once per call, as a table by name:
 --   decide(key, limit, window_ms, burst, now_us, cost) -> allowed (1/0), remaining, reset (ms),
 --     retry (ms: -1 when allowed, -2 when the cost can never pass), then up to four numbers
 --     that take needs. It writes nothing.

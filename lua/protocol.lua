@@ -23,9 +23,10 @@ local function read_sets(argv)
     local set = {}
     for i = 1, tonumber(argv[a]) do
       local name, flags = argv[a + 1], tonumber(argv[a + 5])
-      local decide, take, settle, alone, untake = algorithm(name)
+      local fns = algorithm(name)
       local p = {
-        decide = decide, take = take, settle = settle, alone = alone, untake = untake, limit = tonumber(argv[a + 2]),
+        decide = fns.decide, take = fns.take, settle = fns.settle, alone = fns.alone, untake = fns.untake,
+        limit = tonumber(argv[a + 2]),
         window = tonumber(argv[a + 3]), burst = tonumber(argv[a + 4]),
         overrides = flags % (2 * OVERRIDES) >= OVERRIDES,
       }

@@ -2,7 +2,8 @@
 -- c = current window's count. The estimate prev * (window - elapsed) + curr * window is the
 -- weighted count multiplied by the window, so every comparison is between integers.
 -- Made by sliding_window_counter_functions when a call first checks a policy of it (dispatch.lua), so a call
--- makes the functions of the algorithms it checks, not every algorithm's.
+-- makes the functions of the algorithms it checks, not every algorithm's: a table of
+-- them by name (see the prelude).
 local function sliding_window_counter_functions()
   local text = texts()
   local function counter_quota(limit, window, elapsed, shift, prev, curr)
@@ -121,6 +122,8 @@ local function sliding_window_counter_functions()
     end
     return 1
   end
-  return sliding_window_counter, sliding_window_counter_take, sliding_window_counter_settle,
-    sliding_window_counter_alone
+  return {
+    decide = sliding_window_counter, take = sliding_window_counter_take,
+    settle = sliding_window_counter_settle, alone = sliding_window_counter_alone,
+  }
 end

@@ -1,7 +1,8 @@
 -- Sliding window log (swl): a sorted set of admitted request times (ms), members unique.
 -- An entry at t counts while t > now - window.
 -- Made by sliding_window_log_functions when a call first checks a policy of it (dispatch.lua), so a call
--- makes the functions of the algorithms it checks, not every algorithm's.
+-- makes the functions of the algorithms it checks, not every algorithm's: a table of
+-- them by name (see the prelude).
 local function sliding_window_log_functions()
   local text = texts()
 
@@ -99,5 +100,8 @@ local function sliding_window_log_functions()
     redis.call('ZREM', key, unpack(entries))
     return 1
   end
-  return sliding_window_log, sliding_window_log_take, sliding_window_log_settle, sliding_window_log_alone
+  return {
+    decide = sliding_window_log, take = sliding_window_log_take, settle = sliding_window_log_settle,
+    alone = sliding_window_log_alone,
+  }
 end

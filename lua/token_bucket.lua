@@ -5,7 +5,8 @@
 -- One string (GET, then SET ... PX) rather than a hash (HMGET, HSET, PEXPIRE): a command less
 -- per admission.
 -- Made by token_bucket_functions when a call first checks a policy of it (dispatch.lua), so a call
--- makes the functions of the algorithms it checks, not every algorithm's.
+-- makes the functions of the algorithms it checks, not every algorithm's: a table of
+-- them by name (see the prelude).
 local function token_bucket_functions()
   -- The tokens taken (x window) at now, and the time refills count from.
   local function bucket_now(key, rate, now)
@@ -86,5 +87,5 @@ local function token_bucket_functions()
     token_bucket_take(key, rate, window, burst, now_us, cost, used, last, last - now)
     return 1
   end
-  return token_bucket, token_bucket_take, token_bucket_settle, token_bucket_alone
+  return { decide = token_bucket, take = token_bucket_take, settle = token_bucket_settle, alone = token_bucket_alone }
 end

@@ -6,8 +6,8 @@ use super::protocol::lua_constants;
 use crate::Algorithm;
 
 /// The script for one policy of an algorithm: the prelude, the algorithm's file
-/// `lua/$name.lua`, the Lua making its `alone` (`$make`; by default `$name_functions()`
-/// returning it fourth), and the entry for one policy calling it.
+/// `lua/$name.lua`, the Lua making its `alone` (`$make`; by default the `alone` of the table
+/// `$name_functions()` returns), and the entry for one policy calling it.
 macro_rules! one {
     ($name:literal, make = $make:expr) => {
         concat!(
@@ -23,7 +23,7 @@ macro_rules! one {
     ($name:literal) => {
         one!(
             $name,
-            make = concat!("local _, _, _, alone = ", $name, "_functions()")
+            make = concat!("local alone = ", $name, "_functions().alone")
         )
     };
 }
@@ -33,11 +33,11 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
         Algorithm::FixedWindow => one!(
             "fixed_window",
-            make = "local _, _, _, _, _, _, alone = fixed_window_functions()"
+            make = "local alone = fixed_window_functions().alone"
         ),
         Algorithm::FixedWindowAnchored => one!(
             "fixed_window",
-            make = "local _, _, _, _, _, _, _, _, alone = fixed_window_functions()"
+            make = "local _, anchored = fixed_window_functions()\nlocal alone = anchored.alone"
         ),
         Algorithm::SlidingWindowLog => one!("sliding_window_log"),
         Algorithm::SlidingWindowCounter => one!("sliding_window_counter"),
