@@ -14,7 +14,8 @@
 
 use std::{
     collections::VecDeque,
-    sync::{Mutex, PoisonError},
+    ops::{Deref, Range},
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use tokio::{sync::oneshot, time::Instant};
@@ -45,7 +46,25 @@ pub(crate) struct Member {
 
 struct Waiting {
     member: Member,
-    reply: oneshot::Sender<Result<Vec<i64>, Error>>,
+    reply: oneshot::Sender<Result<Replied, Error>>,
+}
+
+/// A check's integers of a reply: its own call's, or its part of a batch's, shared by the
+/// batch's checks instead of copied out for each.
+pub(crate) enum Replied {
+    Own(Vec<i64>),
+    Part(Arc<[i64]>, Range<usize>),
+}
+
+impl Deref for Replied {
+    type Target = [i64];
+
+    fn deref(&self) -> &[i64] {
+        match self {
+            Self::Own(reply) => reply,
+            Self::Part(reply, at) => reply.get(at.clone()).unwrap_or_default(),
+        }
+    }
 }
 
 /// The queues of one backend: one, or on a Cluster one per slot.
@@ -86,7 +105,7 @@ impl Batcher {
 impl RedisBackend {
     /// Decides `member`: sent at once when fewer than [`IN_FLIGHT`] calls are out, else with the
     /// next batch. The caller's timer bounds both waits.
-    pub(crate) async fn decide(&self, member: Member) -> Result<Vec<i64>, Error> {
+    pub(crate) async fn decide(&self, member: Member) -> Result<Replied, Error> {
         let slot = member.slot;
         let answer = self.inner.batcher.with(slot, |state| {
             if state.in_flight < IN_FLIGHT {
@@ -107,7 +126,8 @@ impl RedisBackend {
                 };
                 return self
                     .call_script(&member.call, self.inner.scripts.of(member.lean))
-                    .await;
+                    .await
+                    .map(Replied::Own);
             }
         };
         answer.await.unwrap_or_else(|_| {
@@ -163,7 +183,8 @@ impl RedisBackend {
                 deadline,
                 self.call_script(&call, self.inner.scripts.of(None)),
             )
-            .await;
+            .await
+            .map(Arc::<[i64]>::from);
         let rest = match reply {
             // Failed at the first check, before any was decided.
             Err(err) if err.is_corrupt_state() => group,
@@ -189,7 +210,7 @@ impl RedisBackend {
         let reply = self
             .within(member.deadline, self.call_script(&member.call, script))
             .await;
-        answer(vec![waiting], reply);
+        answer(vec![waiting], reply.map(Arc::from));
     }
 
     /// `call`, or a timeout at `deadline`.
@@ -212,7 +233,7 @@ impl RedisBackend {
 
 /// Hands each member its part of `reply`; a failed call fails each one, counted once by a
 /// circuit breaker.
-fn answer(group: Vec<Waiting>, reply: Result<Vec<i64>, Error>) {
+fn answer(group: Vec<Waiting>, reply: Result<Arc<[i64]>, Error>) {
     match reply {
         Ok(reply) if reply.len() == group.iter().map(|w| w.member.reply_len).sum() => {
             answer_decided(group, &reply);
@@ -234,16 +255,18 @@ fn answer(group: Vec<Waiting>, reply: Result<Vec<i64>, Error>) {
 
 /// Hands each member of `group` decided in `reply` (a batch's replies, or those up to the check
 /// it stopped at) its part; returns the members after them.
-fn answer_decided(group: Vec<Waiting>, reply: &[i64]) -> Vec<Waiting> {
-    let mut rest = reply;
+fn answer_decided(group: Vec<Waiting>, reply: &Arc<[i64]>) -> Vec<Waiting> {
+    let mut at = 0;
     let mut members = group.into_iter();
     for waiting in members.by_ref() {
-        if rest.len() < waiting.member.reply_len {
+        let end = at + waiting.member.reply_len;
+        if reply.len() < end {
             return std::iter::once(waiting).chain(members).collect();
         }
-        let (mine, next) = rest.split_at(waiting.member.reply_len);
-        rest = next;
-        let _ = waiting.reply.send(Ok(mine.to_vec()));
+        let _ = waiting
+            .reply
+            .send(Ok(Replied::Part(Arc::clone(reply), at..end)));
+        at = end;
     }
     Vec::new()
 }
