@@ -436,7 +436,7 @@ impl Guard {
             .policies
             .concurrency()
             .map(|c| Decision::fail_closed_of(c.name().into(), c.limit(), retry));
-        Decisions::new(closed.chain(concurrency).collect::<Vec<_>>())
+        Decisions::new(closed.chain(concurrency).collect::<Arc<[_]>>())
     }
 
     /// The check's span: the client only as a keyed hash, since the client text may be an API

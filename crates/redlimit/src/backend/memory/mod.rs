@@ -269,7 +269,7 @@ impl MemoryBackend {
             );
             decision(policy, peeked.answer, Reason::Memory)
         });
-        Decisions::new(items.collect::<Vec<_>>())
+        Decisions::new(items.collect::<Arc<[_]>>())
     }
 
     /// Decides `query`'s policies here and now.

@@ -256,7 +256,7 @@ impl RedisBackend {
                     .into_iter()
                     .flatten()
                     .chain(leased)
-                    .collect::<Vec<_>>(),
+                    .collect::<std::sync::Arc<[_]>>(),
             );
             let decisions = match held {
                 Some(lease) if every => decisions.leased(lease),
