@@ -10,7 +10,7 @@ use super::{
     protocol::{self, LeaseRequest, Reply, Request},
 };
 use crate::{
-    Decision, Decisions, Error, ErrorKind, KeyScheme, Lease, Policy, PolicySet, Reason, Timestamp,
+    Decision, Decisions, Error, KeyScheme, Lease, Policy, PolicySet, Reason, Timestamp,
     backend::{
         answer::{decision, mark_overridden},
         query::{Change, Clients, Query, Settlement, Started, stamp},
@@ -117,9 +117,7 @@ impl RedisBackend {
         let reply = tokio::time::timeout_at(member.deadline, self.decide(member))
             .await
             .unwrap_or_else(|_| Err(self.timed_out(budget)))?;
-        protocol::decode(&reply, &[request])?
-            .pop()
-            .ok_or_else(|| Error::new(ErrorKind::Backend, "no reply to a check"))
+        protocol::decode(&reply, &request)
     }
 
     /// The Cluster slot of the check's keys, which batches are made of: 0 off a Cluster, and

@@ -502,57 +502,47 @@ pub(crate) fn source_of(policies: &[Policy]) -> &'static str {
     super::scripts::source_for(Request::new(policies, "").lean())
 }
 
-/// Reads a check's reply: per request, four integers per policy, then the numbers in force
-/// (limit, window, burst) of each policy that reads an override, then for a reservation the time it was taken at.
-pub(crate) fn decode(reply: &[i64], requests: &[Request<'_>]) -> Result<Vec<Reply>, Error> {
-    let mut rest = reply;
-    let mut replies = Vec::with_capacity(requests.len());
-    for request in requests {
-        let length = request.reply_len();
-        let leased = if request.lease.is_some() {
-            LEASE_REPLY
-        } else {
-            0
-        };
-        let overridable =
-            length - 4 * request.policies.len() - usize::from(request.reserve) - leased;
-        debug_assert_eq!(overridable % IN_FORCE, 0);
-        if rest.len() < length {
-            return Err(short_reply(reply.len()));
-        }
-        let (mine, next) = rest.split_at(length);
-        rest = next;
-        let (answers, after) = mine.split_at(4 * request.policies.len());
-        let (limits, after) = after.split_at(overridable);
-        let (taken, lease) = after.split_at(after.len() - leased);
-        replies.push(Reply {
-            answers: answers
-                .chunks_exact(4)
-                .map(answer)
-                .collect::<Result<_, _>>()?,
-            in_force: limits
-                .chunks_exact(IN_FORCE)
-                .map(|numbers| {
-                    let [limit, window_ms, burst] =
-                        [0, 1, 2].map(|i| u64::try_from(numbers[i]).unwrap_or(0));
-                    InForce {
-                        limit,
-                        window_ms,
-                        burst,
-                    }
-                })
-                .collect(),
-            taken_at_us: taken
-                .first()
-                .and_then(|&at| u64::try_from(at).ok())
-                .filter(|&at| at > 0),
-            lease: (leased > 0).then(|| acquired(lease)).transpose()?,
-        });
-    }
-    if !rest.is_empty() {
+/// Reads the reply to `request`, a check's part of its call's reply: four integers per policy,
+/// then the numbers in force (limit, window, burst) of each policy that reads an override, then
+/// for a reservation the time it was taken at, then a lease's answer when it asked for one.
+pub(crate) fn decode(reply: &[i64], request: &Request<'_>) -> Result<Reply, Error> {
+    let leased = if request.lease.is_some() {
+        LEASE_REPLY
+    } else {
+        0
+    };
+    if reply.len() != request.reply_len() {
         return Err(short_reply(reply.len()));
     }
-    Ok(replies)
+    let overridable =
+        reply.len() - 4 * request.policies.len() - usize::from(request.reserve) - leased;
+    debug_assert_eq!(overridable % IN_FORCE, 0);
+    let (answers, after) = reply.split_at(4 * request.policies.len());
+    let (limits, after) = after.split_at(overridable);
+    let (taken, lease) = after.split_at(after.len() - leased);
+    Ok(Reply {
+        answers: answers
+            .chunks_exact(4)
+            .map(answer)
+            .collect::<Result<_, _>>()?,
+        in_force: limits
+            .chunks_exact(IN_FORCE)
+            .map(|numbers| {
+                let [limit, window_ms, burst] =
+                    [0, 1, 2].map(|i| u64::try_from(numbers[i]).unwrap_or(0));
+                InForce {
+                    limit,
+                    window_ms,
+                    burst,
+                }
+            })
+            .collect(),
+        taken_at_us: taken
+            .first()
+            .and_then(|&at| u64::try_from(at).ok())
+            .filter(|&at| at > 0),
+        lease: (leased > 0).then(|| acquired(lease)).transpose()?,
+    })
 }
 
 /// Reads a lease's answer: granted (1/0), free slots after, the wait (ms) until the earliest
