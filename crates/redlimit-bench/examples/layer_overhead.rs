@@ -4,6 +4,10 @@
 //! layer_overhead [NAME]` prints nanoseconds per request for each (or for those
 //! whose name starts with NAME).
 
+#[path = "../src/client_header.rs"]
+mod client_header;
+
+use client_header::ClientHeader;
 use redlimit::GuardedLimiter;
 use std::{
     convert::Infallible,
@@ -13,9 +17,7 @@ use std::{
 use axum::{Router, body::Body, extract::Request, response::Response, routing::get};
 use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet};
 use tower::{Layer, Service, ServiceExt};
-use tower_governor::{
-    GovernorError, GovernorLayer, governor::GovernorConfigBuilder, key_extractor::KeyExtractor,
-};
+use tower_governor::{GovernorLayer, governor::GovernorConfigBuilder};
 use tower_redlimit::{HeaderKey, HeaderStyle, RateLimitLayer};
 
 const REQUESTS: u32 = 200_000;
@@ -87,22 +89,6 @@ fn main() {
         )
         .await;
     });
-}
-
-/// tower_governor's key: the `x-client` header, as the layer's.
-#[derive(Debug, Clone, Copy)]
-struct ClientHeader;
-
-impl KeyExtractor for ClientHeader {
-    type Key = String;
-
-    fn extract<T>(&self, req: &http::Request<T>) -> Result<Self::Key, GovernorError> {
-        req.headers()
-            .get("x-client")
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
 }
 
 /// Calls `app` as `axum::serve` does, once per request on a clone, and prints the mean time.

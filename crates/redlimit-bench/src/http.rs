@@ -13,13 +13,12 @@ use tokio::{
     sync::Mutex,
 };
 use tower::{Layer, Service};
-use tower_governor::{
-    GovernorError, GovernorLayer, governor::GovernorConfigBuilder, key_extractor::KeyExtractor,
-};
+use tower_governor::{GovernorLayer, governor::GovernorConfigBuilder};
 use tower_redlimit::{HeaderKey, HeaderStyle, RateLimitLayer};
 
 use crate::{
     Settings,
+    client_header::ClientHeader,
     decisions::{admin, policy, redis_limiter},
     drive::{Schedule, round_order},
     report::{Row, Tally},
@@ -57,22 +56,6 @@ fn limit_two_keys(limiter: Limiter) -> RateLimitLayer {
         .key(HeaderKey::new("x-client").expect("a valid header"))
         .key_for("per_key", HeaderKey::new("x-key").expect("a valid header"))
         .expect("a policy of the set")
-}
-
-/// tower_governor's key: the `x-client` header, as the layered contenders use.
-#[derive(Debug, Clone, Copy)]
-struct ClientHeader;
-
-impl KeyExtractor for ClientHeader {
-    type Key = String;
-
-    fn extract<T>(&self, req: &Request<T>) -> Result<Self::Key, GovernorError> {
-        req.headers()
-            .get("x-client")
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
 }
 
 /// Serves the apps on the server runtime; returns their names and addresses, and the handle

@@ -4,6 +4,7 @@
 
 mod accuracy;
 mod accuracy_chart;
+mod client_header;
 mod decisions;
 mod drive;
 mod flood;
