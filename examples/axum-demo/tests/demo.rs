@@ -136,7 +136,7 @@ async fn admitted_by_two_processes(store: &str, algorithm: &str) -> usize {
 async fn two_demo_processes_sharing_one_redis_admit_exactly_the_limit() {
     let server = RedisServer::start();
     let store = format!("redis_url = \"{}\"", server.url());
-    for algorithm in ["fixed_window", "sliding_window_log", "gcra"] {
+    for algorithm in ["fixed_window_anchored", "sliding_window_log", "gcra"] {
         assert_eq!(
             admitted_by_two_processes(&store, algorithm).await,
             7,
@@ -321,7 +321,7 @@ async fn decisions(address: SocketAddr, policy: &str, labels: &[(&str, &str)]) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_15_limited_of_20_requests_over_a_limit_of_5() {
-    let demo = Demo::start(&route("fixed_window", 5)).await;
+    let demo = Demo::start(&route("fixed_window_anchored", 5)).await;
     let mut statuses = Vec::new();
     for _ in 0..20 {
         statuses.push(http_get(demo.address, "/limited", &[]).await.status);
@@ -500,7 +500,7 @@ async fn a_changed_file_takes_effect_without_a_restart_and_a_broken_one_is_refus
     let routes = |limit: u64| {
         format!(
             "{}[[route]]\npath = \"/slow\"\nalgorithm = \"gcra\"\nlimit = 100\nwindow = \"1m\"\nkey = \"global\"\nhandler = \"sleep:1500ms\"\n",
-            route("fixed_window", limit)
+            route("fixed_window_anchored", limit)
         )
     };
     let demo = Demo::start(&routes(5)).await;
@@ -606,7 +606,7 @@ async fn a_changed_file_takes_effect_without_a_restart_and_a_broken_one_is_refus
 async fn two_api_keys_of_different_tiers_get_their_own_tiers_limit() {
     let server = RedisServer::start();
     let config = format!(
-        "redis_url = \"{}\"\nbudget = \"2s\"\n[[tier]]\nname = \"pro\"\nkeys = [\"k-pro\"]\n[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nlimits = {{ pro = {{ limit = 5 }} }}\n",
+        "redis_url = \"{}\"\nbudget = \"2s\"\n[[tier]]\nname = \"pro\"\nkeys = [\"k-pro\"]\n[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window_anchored\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nlimits = {{ pro = {{ limit = 5 }} }}\n",
         server.url()
     );
     let demo = Demo::start(&config).await;
@@ -668,7 +668,7 @@ async fn operators_actions_reach_both_processes(
     connection: impl Fn(&str) -> redlimit::deadpool_redis::redis::Connection,
 ) {
     let config = format!(
-        "{store}\nbudget = \"2s\"\n[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\noverrides = true\n"
+        "{store}\nbudget = \"2s\"\n[[route]]\npath = \"/api\"\nalgorithm = \"fixed_window_anchored\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\noverrides = true\n"
     );
     let demos = [Demo::start(&config).await, Demo::start(&config).await];
     let addresses = [demos[0].address, demos[1].address];
@@ -678,7 +678,7 @@ async fn operators_actions_reach_both_processes(
     // `key` over its limit at both processes, each then denying it from its block cache: no
     // Redis command for the request.
     let block_at_both = async |key: &'static str| {
-        let redis = &mut connection(&format!("redlimit:api:{{{key}}}:fw:3600000"));
+        let redis = &mut connection(&format!("redlimit:api:{{{key}}}:fwa:3600000"));
         for at in 0..2 {
             let started = Instant::now();
             loop {
@@ -720,7 +720,7 @@ async fn operators_actions_reach_both_processes(
         }
     };
     // The operator, as redlimit-cli does: the route's policy on the same Redis.
-    let policy = redlimit::Policy::builder("api", redlimit::Algorithm::FixedWindow)
+    let policy = redlimit::Policy::builder("api", redlimit::Algorithm::FixedWindowAnchored)
         .limit(2)
         .window(Duration::from_secs(3_600))
         .overrides(true)
@@ -762,7 +762,7 @@ async fn operators_actions_reach_both_processes(
 async fn a_ban_started_in_one_process_is_honoured_by_the_other() {
     let server = RedisServer::start();
     let config = format!(
-        "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/login\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nban = {{ after = 3, within = \"1m\", for = \"10m\", max = \"1d\" }}\n",
+        "redis_url = \"{}\"\nbudget = \"2s\"\n[[route]]\npath = \"/login\"\nalgorithm = \"fixed_window_anchored\"\nlimit = 2\nwindow = \"1h\"\nkey = \"header:x-api-key\"\nban = {{ after = 3, within = \"1m\", for = \"10m\", max = \"1d\" }}\n",
         server.url()
     );
     let demos = [Demo::start(&config).await, Demo::start(&config).await];
@@ -798,7 +798,7 @@ async fn hashed_clients_and_request_ids_from_the_file() {
     let config = format!(
         "redis_url = \"{}\"\nhash_clients_secret_env = \"REDLIMIT_DEMO_TEST_SECRET\"\n\
          repair_corrupt_state = true\n\
-         [[route]]\npath = \"/limited\"\nalgorithm = \"fixed_window\"\nlimit = 3\n\
+         [[route]]\npath = \"/limited\"\nalgorithm = \"fixed_window_anchored\"\nlimit = 3\n\
          window = \"1h\"\nkey = \"header:x-api-key\"\nidempotency_header = \"idempotency-key\"\n",
         server.url()
     );

@@ -52,9 +52,11 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+// Anchored windows open at each client's first request: no aligned boundary (an hour, a
+// quarter) can fall inside a test and empty the state it reads.
 const ROUTES: &str = "[[route]]
 path = \"/api\"
-algorithm = \"fixed_window\"
+algorithm = \"fixed_window_anchored\"
 limit = 5
 window = \"1h\"
 key = \"header:x-api-key\"
@@ -81,7 +83,7 @@ fn inspect_check_reset(config: &str, redis: &[&str]) {
     let seen = with("inspect", "k1");
     assert!(seen.contains("remaining  2 of 5"), "{seen}");
     assert!(seen.contains("next       allowed"), "{seen}");
-    assert!(seen.contains("key        redlimit:api:{k1}:fw:"), "{seen}");
+    assert!(seen.contains("key        redlimit:api:{k1}:fwa:"), "{seen}");
     assert!(seen.contains(" n=3"), "{seen}");
     assert!(
         with("inspect", "k1").contains("remaining  2 of 5"),
@@ -436,7 +438,7 @@ async fn a_reset_lifts_a_client_blocked_at_both_instances_within_milliseconds_of
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     let server = RedisServer::start();
-    let login = redlimit::Policy::builder("login", redlimit::Algorithm::FixedWindow)
+    let login = redlimit::Policy::builder("login", redlimit::Algorithm::FixedWindowAnchored)
         .limit(5)
         .window(std::time::Duration::from_secs(900))
         .build()
@@ -449,7 +451,7 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     let url = server.url();
     let named = [
         "--policy",
-        "login:fixed_window:5/15m",
+        "login:fixed_window_anchored:5/15m",
         "--redis",
         &url,
         "--prefix",
@@ -465,12 +467,12 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     };
     let seen = with("inspect", Some("alice"));
     assert!(seen.contains("remaining  3 of 5"), "{seen}");
-    assert!(seen.contains("key        shop:login:{alice}:fw:"), "{seen}");
+    assert!(seen.contains("key        shop:login:{alice}:fwa:"), "{seen}");
     assert!(with("top", None).contains("alice"));
     // Another limit reads the same state, under its own numbers.
     let raised = [
         "--policy",
-        "login:fixed_window:6/15m",
+        "login:fixed_window_anchored:6/15m",
         "--redis",
         &url,
         "--prefix",
@@ -484,7 +486,7 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     // Another window: no state, and a warning naming the windows the keys have.
     let off = [
         "--policy",
-        "login:fixed_window:5/10m",
+        "login:fixed_window_anchored:5/10m",
         "--redis",
         &url,
         "--prefix",
@@ -496,8 +498,8 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     assert!(seen.contains("remaining  5 of 5"), "{seen}");
     assert!(
         seen.contains(
-            "warning: no state of login under this algorithm and window (fw:600000); its keys \
-             have: fw:900000"
+            "warning: no state of login under this algorithm and window (fwa:600000); its keys \
+             have: fwa:900000"
         ),
         "{seen}"
     );
@@ -507,7 +509,7 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     let bad = cli(&[
         "inspect",
         "--policy",
-        "login:fixed_window:5",
+        "login:fixed_window_anchored:5",
         "--redis",
         &url,
     ]);

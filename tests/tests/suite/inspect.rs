@@ -120,9 +120,9 @@ async fn a_scan_of_a_cluster_finds_every_key_on_every_primary() {
         .build()
         .expect("valid");
     let limiter = limiter(backend);
-    let p = policy(Algorithm::FixedWindow, 10, 3_600_000, None);
+    let p = policy(Algorithm::FixedWindowAnchored, 10, 3_600_000, None);
     // Another window: a limit alone does not name other keys.
-    let unrelated = policy(Algorithm::FixedWindow, 10, 1_800_000, None);
+    let unrelated = policy(Algorithm::FixedWindowAnchored, 10, 1_800_000, None);
     for client in 0..300_u64 {
         for _ in 0..=(client % 5) {
             limiter

@@ -294,7 +294,7 @@ async fn a_concurrency_refusal_spends_no_rate_quota() {
 
     let server = RedisServer::start();
     for (name, limiter) in both_backends(&server) {
-        let per_minute = Policy::builder("per-minute", Algorithm::FixedWindow)
+        let per_minute = Policy::builder("per-minute", Algorithm::FixedWindowAnchored)
             .limit(10)
             .window(Duration::from_secs(60))
             .build()

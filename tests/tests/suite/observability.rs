@@ -75,7 +75,7 @@ async fn every_counter_of_a_known_sequence_has_its_exact_value() {
     let (app, snapshotter) = recorded(|| {
         let guard = GuardedLimiter::builder(
             server.limiter(),
-            policy(Algorithm::FixedWindow, 5, 3_600_000, None),
+            policy(Algorithm::FixedWindowAnchored, 5, 3_600_000, None),
         )
         .failure(FailurePolicy::Open)
         .budget(Duration::from_secs(5))
@@ -201,7 +201,7 @@ async fn concurrency_decisions_are_counted_under_the_concurrency_policy() {
         .limit(2)
         .build()
         .expect("a valid policy");
-    let set = redlimit::PolicySet::from(policy(Algorithm::FixedWindow, 100, 3_600_000, None))
+    let set = redlimit::PolicySet::from(policy(Algorithm::FixedWindowAnchored, 100, 3_600_000, None))
         .with_concurrency(two)
         .expect("a valid set");
     let guard = GuardedLimiter::builder(server.limiter(), set)

@@ -15,7 +15,7 @@ const HOUR: Duration = Duration::from_secs(3_600);
 async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
     let server = RedisServer::start();
     for (backend, limiter) in both_backends(&server) {
-        let p = [policy(Algorithm::FixedWindow, 3, 3_600_000, None)];
+        let p = [policy(Algorithm::FixedWindowAnchored, 3, 3_600_000, None)];
         let mut seen = Vec::new();
         for _ in 0..5 {
             let d = limiter
@@ -70,7 +70,7 @@ async fn the_same_request_id_consumes_once_and_gets_the_same_decision() {
 async fn after_the_window_the_same_id_counts_again() {
     let server = RedisServer::start();
     for (backend, limiter) in both_backends(&server) {
-        let p = [policy(Algorithm::FixedWindow, 10, 3_600_000, None)];
+        let p = [policy(Algorithm::FixedWindowAnchored, 10, 3_600_000, None)];
         let window = Duration::from_millis(200);
         let first = limiter
             .check(&set_of(&p), "c")
@@ -104,8 +104,9 @@ async fn after_the_window_the_same_id_counts_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_retries_of_one_request_consume_once() {
     let server = RedisServer::start();
-    // A fixed window: nothing refills while the test runs.
-    let p = Policy::builder("once", Algorithm::FixedWindow)
+    // A fixed window opened by the first request: nothing refills while the test runs, and no
+    // aligned boundary falls inside it.
+    let p = Policy::builder("once", Algorithm::FixedWindowAnchored)
         .limit(100)
         .window(HOUR)
         .build()
@@ -147,7 +148,7 @@ async fn the_layer_counts_an_idempotency_key_once_until_its_window_ends() {
     let server = RedisServer::start();
     let guard = GuardedLimiter::builder(
         server.limiter(),
-        policy(Algorithm::FixedWindow, 3, 3_600_000, None),
+        policy(Algorithm::FixedWindowAnchored, 3, 3_600_000, None),
     )
     .build();
     let layer = RateLimitLayer::new(guard)
