@@ -113,7 +113,10 @@ pub(crate) fn run(settings: &Settings, keys: &Keys) -> Vec<Row> {
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
     let decisions = settings.decisions.max(1);
     let mut rows = Vec::new();
-    for (name, contender) in contenders(&url, &naive_sha1) {
+    for (name, contender) in contenders(&url, &naive_sha1)
+        .into_iter()
+        .filter(|(name, _)| settings.keeps(name))
+    {
         drive(&contender, keys, &clients, 5 * settings.keys);
         let before = script_calls(&mut admin);
         counted.control(&["--instr=on"]);
@@ -165,6 +168,7 @@ pub(crate) fn print(rows: &[Row], keys: &str) {
             row.commands_per_decision.unwrap_or(0.0),
         );
     }
+    crate::saturation::print_sums(rows, "instructions", |row| Some(per_decision(row) as f64));
     for row in rows {
         println!("{}", row.json());
     }

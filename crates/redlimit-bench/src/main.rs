@@ -24,11 +24,12 @@ use saturation::Keys;
 const USAGE: &str =
     "usage: redlimit-bench [--mode all|decisions|saturation|saturate|http|flood|memory|accuracy|
   instructions] [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R]
-  [--workers W] [--chart PATH]
+  [--workers W] [--chart PATH] [--only NAME,NAME]
 accuracy (not part of all) needs no Redis and draws its SVG to PATH (docs/accuracy.svg);
 instructions (not part of all) runs a redis-server of its own under valgrind's callgrind;
 defaults: all modes, N = 200000, C = 64, K = 10000, R = 24 rounds, W = 1 tokio worker,
-limit 100 per 60 s, and a redis-server of its own";
+limit 100 per 60 s, and a redis-server of its own; --only keeps the saturation and
+instructions modes to the contenders named (and the naive script, the baseline)";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -42,6 +43,9 @@ pub(crate) struct Settings {
     pub(crate) keys: usize,
     pub(crate) rounds: usize,
     workers: usize,
+    /// The saturation and instructions contenders to run (besides the naive script); all if
+    /// empty.
+    only: Vec<String>,
 }
 
 impl Settings {
@@ -55,6 +59,7 @@ impl Settings {
             keys: 10_000,
             rounds: 24,
             workers: 1,
+            only: Vec::new(),
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
@@ -75,6 +80,7 @@ impl Settings {
                 "--rounds" => settings.rounds = number()?,
                 "--workers" => settings.workers = number()?,
                 "--chart" => settings.chart = value.clone(),
+                "--only" => settings.only = value.split(',').map(str::to_owned).collect(),
                 _ => return Err(format!("unknown option {flag}")),
             }
         }
@@ -98,6 +104,11 @@ impl Settings {
 
     fn runs(&self, mode: &str) -> bool {
         self.mode == "all" || self.mode == mode
+    }
+
+    /// Whether the contender `name` runs, by `--only`.
+    pub(crate) fn keeps(&self, name: &str) -> bool {
+        self.only.is_empty() || name == decisions::NAIVE || self.only.iter().any(|n| n == name)
     }
 }
 
@@ -168,11 +179,13 @@ fn main() -> ExitCode {
             saturation::rounds(&settings)
         );
         report::print(&title, &uniform, decisions::NAIVE);
+        saturation::print_sums(&uniform, "Redis µs", |row| row.redis_us_per_decision);
         report::print(
             "saturation, Zipf keys (s = 1.1 over K)",
             &zipf,
             decisions::NAIVE,
         );
+        saturation::print_sums(&zipf, "Redis µs", |row| row.redis_us_per_decision);
     }
     if settings.runs("saturate") {
         if saturate::available() {

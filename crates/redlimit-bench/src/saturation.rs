@@ -36,12 +36,12 @@ pub(crate) enum Contender {
     /// The naive script by `EVALSHA`, one call per decision: what a user writes.
     Naive { url: String, sha1: String },
     /// redlimit checking `set` (each thread builds its own limiter on `url`), each policy
-    /// under the check's client, or with `two_keys` the second under a key of its own (per IP
-    /// and per API key).
+    /// under the check's client but from `split` on, under a key of its own (per IP and per API
+    /// key).
     Redlimit {
         url: String,
         set: Arc<PolicySet>,
-        two_keys: bool,
+        split: Option<usize>,
     },
 }
 
@@ -70,15 +70,15 @@ pub(crate) fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)
             sha1: naive_sha1.to_owned(),
         },
     )];
-    let redlimit = |set: PolicySet| Contender::Redlimit {
+    let redlimit = |set: PolicySet, split: Option<usize>| Contender::Redlimit {
         url: url.to_owned(),
         set: Arc::new(set),
-        two_keys: false,
+        split,
     };
     for algorithm in Algorithm::ALL {
         all.push((
             algorithm.name().to_owned(),
-            redlimit(PolicySet::from(generous(algorithm))),
+            redlimit(PolicySet::from(generous(algorithm)), None),
         ));
     }
     // Generous as the others are, and below the 500,000 from which a fixed window keeps a hash.
@@ -90,19 +90,58 @@ pub(crate) fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)
     let two = PolicySet::new([generous(Algorithm::FixedWindow), per_hour]).expect("a valid set");
     all.push((
         crate::decisions::TWO_POLICIES.to_owned(),
-        redlimit(two.clone()),
+        redlimit(two.clone(), None),
     ));
     // The same two policies, the second under another key in the same slot (as a tenant tag
     // keeps it on a Cluster): what one check of two keys costs Redis beside one key.
     all.push((
         format!("{}_two_keys", crate::decisions::TWO_POLICIES),
-        Contender::Redlimit {
-            url: url.to_owned(),
-            set: Arc::new(two),
-            two_keys: true,
-        },
+        redlimit(two, Some(1)),
     ));
+    for (name, members, split) in COMBINED {
+        let set = PolicySet::new(members.iter().map(|&algorithm| generous(algorithm)))
+            .expect("a valid set");
+        all.push(((*name).to_owned(), redlimit(set, *split)));
+    }
     all
+}
+
+/// Checks of several policies whose cost is weighed against their members checked alone (the
+/// rows named after their algorithms): name, members, and where the second key's begin.
+pub(crate) const COMBINED: &[(&str, &[Algorithm], Option<usize>)] = &[
+    (
+        "fixed_window+gcra",
+        &[Algorithm::FixedWindow, Algorithm::Gcra],
+        None,
+    ),
+    // Per IP, then a key's rate and burst.
+    (
+        "fw+gcra+tb_two_keys",
+        &[
+            Algorithm::FixedWindow,
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+        ],
+        Some(1),
+    ),
+];
+
+/// Prints each combined check's figure (`value` of its row) over the sum of its members'.
+pub(crate) fn print_sums(rows: &[Row], what: &str, value: impl Fn(&Row) -> Option<f64>) {
+    let of = |name: &str| {
+        rows.iter()
+            .find(|row| row.contender == name)
+            .and_then(&value)
+    };
+    for (name, members, _) in COMBINED {
+        let sum: Option<f64> = members.iter().map(|member| of(member.name())).sum();
+        if let Some((combined, sum)) = of(name).zip(sum) {
+            println!(
+                "{name}: {what} {combined:.2} against its members' sum {sum:.2}: {:.3}×",
+                combined / sum
+            );
+        }
+    }
 }
 
 /// Which client each check is for: uniform, or Zipf over `keys` ranks (inverse CDF).
@@ -161,7 +200,7 @@ impl Rng {
 #[derive(Clone)]
 enum Client {
     Naive(MultiplexedConnection, Arc<str>),
-    Redlimit(Limiter, Arc<PolicySet>, bool),
+    Redlimit(Limiter, Arc<PolicySet>, Option<usize>),
 }
 
 impl Client {
@@ -179,11 +218,14 @@ impl Client {
                     .expect("naive EVALSHA");
                 std::hint::black_box(count <= 1_000_000);
             }
-            Self::Redlimit(limiter, set, two_keys) => {
+            Self::Redlimit(limiter, set, split) => {
                 let check = limiter.check(set, client);
-                let decisions = if *two_keys {
+                let decisions = if let Some(split) = *split {
                     let key = format!("key:{client}");
-                    check.keys(&[client, &key]).await
+                    let keys: Vec<&str> = (0..set.len())
+                        .map(|i| if i < split { client } else { key.as_str() })
+                        .collect();
+                    check.keys(&keys).await
                 } else {
                     check.await
                 };
@@ -215,8 +257,8 @@ fn thread(
                     .expect("a connection"),
                 sha1.into(),
             ),
-            Contender::Redlimit { url, set, two_keys } => {
-                Client::Redlimit(redis_limiter(&url, "sat"), set, two_keys)
+            Contender::Redlimit { url, set, split } => {
+                Client::Redlimit(redis_limiter(&url, "sat"), set, split)
             }
         };
         let mut tasks = Vec::new();
@@ -339,7 +381,10 @@ pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Row>) {
         .arg(NAIVE_SCRIPT)
         .query(&mut admin)
         .expect("SCRIPT LOAD");
-    let contenders = contenders(url, &naive_sha1);
+    let contenders: Vec<_> = contenders(url, &naive_sha1)
+        .into_iter()
+        .filter(|(name, _)| settings.keeps(name))
+        .collect();
     let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
     let rounds = rounds(settings);
     let per_round = settings.decisions / rounds;

@@ -467,7 +467,10 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     };
     let seen = with("inspect", Some("alice"));
     assert!(seen.contains("remaining  3 of 5"), "{seen}");
-    assert!(seen.contains("key        shop:login:{alice}:fwa:"), "{seen}");
+    assert!(
+        seen.contains("key        shop:login:{alice}:fwa:"),
+        "{seen}"
+    );
     assert!(with("top", None).contains("alice"));
     // Another limit reads the same state, under its own numbers.
     let raised = [

@@ -111,7 +111,7 @@ async fn every_counter_of_a_known_sequence_has_its_exact_value() {
     assert_eq!(send(&app, "/", "bob").await, 200, "circuit open: fail open");
 
     let all = values(&snapshotter);
-    let decisions = |outcome, reason| decided(&all, "fixed_window", outcome, reason);
+    let decisions = |outcome, reason| decided(&all, "fixed_window_anchored", outcome, reason);
     assert_eq!(decisions("allowed", "redis"), 3.0);
     assert_eq!(decisions("near_limit", "redis"), 2.0);
     assert_eq!(decisions("limited", "redis"), 1.0);
@@ -128,12 +128,12 @@ async fn every_counter_of_a_known_sequence_has_its_exact_value() {
         value(
             &all,
             "redlimit_backend_errors_total",
-            &[("policy", "fixed_window"), ("kind", kind)],
+            &[("policy", "fixed_window_anchored"), ("kind", kind)],
         )
     };
     assert_eq!(errors("backend") + errors("timeout"), 1.0, "{all:?}");
     assert_eq!(errors("corrupt_state") + errors("invalid_input"), 0.0);
-    let guard_series = [("policy", "fixed_window")];
+    let guard_series = [("policy", "fixed_window_anchored")];
     assert_eq!(
         value(&all, "redlimit_service_failures_total", &guard_series),
         1.0
@@ -147,7 +147,7 @@ async fn every_counter_of_a_known_sequence_has_its_exact_value() {
         value(
             &all,
             "redlimit_circuit_open",
-            &[("policy", "fixed_window"), ("circuit", "0")]
+            &[("policy", "fixed_window_anchored"), ("circuit", "0")]
         ),
         1.0
     );
@@ -201,9 +201,10 @@ async fn concurrency_decisions_are_counted_under_the_concurrency_policy() {
         .limit(2)
         .build()
         .expect("a valid policy");
-    let set = redlimit::PolicySet::from(policy(Algorithm::FixedWindowAnchored, 100, 3_600_000, None))
-        .with_concurrency(two)
-        .expect("a valid set");
+    let set =
+        redlimit::PolicySet::from(policy(Algorithm::FixedWindowAnchored, 100, 3_600_000, None))
+            .with_concurrency(two)
+            .expect("a valid set");
     let guard = GuardedLimiter::builder(server.limiter(), set)
         .failure(FailurePolicy::Closed)
         .budget(Duration::from_secs(5))
