@@ -14,8 +14,9 @@ local sets, first = read_sets(ARGV)
 -- done: the length of out once its last whole reply was written.
 local done = 0
 
--- Decides a request of cost > 0 of several policies that each have an alone (fixed windows)
--- at now_us, its replies in out after base, its keys from KEYS[k]: each policy decides and
+-- Decides a request of cost > 0 of several policies that each have an untake (aligned fixed
+-- windows, GCRA, token buckets) at now_us, its replies in out after base, its keys from
+-- KEYS[k]: each policy decides and
 -- takes at once; a denial decides the policies after it without taking and gives back what the
 -- ones before it took, each of those then replying its quota before the request, as decide
 -- would have. Returns where the next request's keys begin. Script time per decision, batches
@@ -28,14 +29,14 @@ local function decide_alone(set, out, base, k, now_us, cost)
     k = k + 1
     local allowed, remaining, reset, retry
     if admitted then
-      allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost)
+      allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost, nil, p.slack)
       if allowed == 1 then
         taken = i
       else
         admitted = false
       end
     else
-      allowed, remaining, reset, retry = p.decide(key, p.limit, p.window, p.burst, now_us, cost)
+      allowed, remaining, reset, retry = p.decide(key, p.limit, p.window, p.burst, now_us, cost, p.slack)
     end
     local r = base + 4 * i
     out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry

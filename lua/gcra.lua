@@ -85,6 +85,24 @@ local function gcra_functions()
     return gcra_alone(key, limit, window, burst, now_us, cost, nil, slack_us, true)
   end
 
+  -- Gives back what gcra_alone took at now_us when a later policy of its check denied: the TAT
+  -- cost intervals earlier, no key where that owes nothing (as no key would), and the quota
+  -- then, as decide would have replied. gcra_alone left the interval in force, at_limit's.
+  local function gcra_untake(key, limit, window, burst, now_us, cost)
+    if limit ~= at_limit or window ~= at_window then
+      at_limit, at_window, interval = limit, window, ceil_div(window * 1000, limit)
+      suffix = ':' .. str(interval)
+    end
+    local tat = gcra_tat(key, interval, suffix, now_us) - cost * interval
+    local owed = max(tat - now_us, 0)
+    if owed == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, states[suffix][tat], 'PX', ttls[floor((owed + 999) / 1000)])
+    end
+    return floor(max(burst * interval - owed, 0) / interval), floor((owed + 999) / 1000)
+  end
+
   -- Moves the TAT back by cost intervals, never before now (a TAT already past owes nothing);
   -- without at_us, cost intervals later, past the tolerance.
   local gcra_settle = SETTLES and function(key, limit, window, burst, now_us, cost, at_us)
@@ -106,5 +124,5 @@ local function gcra_functions()
     end
     return 1
   end
-  return { decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone }
+  return { decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone, untake = gcra_untake }
 end

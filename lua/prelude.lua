@@ -20,7 +20,10 @@
 --     once, with nothing handed from decide to take: what a batched check costs Redis falls by
 --     3-15% (callgrind). Where decide is alone with a ninth parameter, only_decide, set, it
 --     writes nothing and returns what take needs.
---   untake (fw only), what its alone took given back when a later policy of the check denied.
+--   untake(key, limit, window_ms, burst, now_us, cost) -> remaining, reset: what its alone took
+--     at now_us given back when a later policy of the check denied, replying as decide would
+--     have before it (fw, gcra and tb; a set of policies that all have one is decided by their
+--     alones, see check.lua).
 -- Stored state means the same under any limit or burst (counts and times, not what is left), so
 -- a changed limit reads it as it stands.
 -- GCRA's decide takes a seventh parameter, the slack (us) of delay mode. settle is made only in

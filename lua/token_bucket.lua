@@ -71,6 +71,15 @@ local function token_bucket_functions()
     return token_bucket_alone(key, rate, window, burst, now_us, cost, nil, nil, true)
   end
 
+  -- Gives back what token_bucket_alone took at now_us when a later policy of its check denied:
+  -- the tokens put back at the refill time it kept, and the quota then, as decide would have
+  -- replied.
+  local function token_bucket_untake(key, rate, window, burst, now_us, cost)
+    local now = ms_of(now_us)
+    local used, last = bucket_now(key, rate, now)
+    return token_bucket_take(key, rate, window, burst, now_us, cost, max(used - cost * window, 0), last, last - now)
+  end
+
   -- Puts cost tokens back, never above the capacity; without at_us, takes cost more, past it.
   local token_bucket_settle = SETTLES and function(key, rate, window, burst, now_us, cost, at_us)
     local now = div(now_us, 1000)
@@ -87,5 +96,8 @@ local function token_bucket_functions()
     token_bucket_take(key, rate, window, burst, now_us, cost, used, last, last - now)
     return 1
   end
-  return { decide = token_bucket, take = token_bucket_take, settle = token_bucket_settle, alone = token_bucket_alone }
+  return {
+    decide = token_bucket, take = token_bucket_take, settle = token_bucket_settle, alone = token_bucket_alone,
+    untake = token_bucket_untake,
+  }
 end

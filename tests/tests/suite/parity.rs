@@ -125,26 +125,43 @@ fn policies_checked_together_decide_the_same_on_redis_and_in_memory() {
     run_parity(&server, &runtime, pair);
 }
 
-/// Fixed windows checked together, which Redis decides and takes by `INCRBY` first, giving back
-/// what the first took when the second denies: decided as in memory, where nothing is taken
-/// unless both admit.
+/// Aligned fixed windows, GCRA and token buckets checked together, two or three of them and
+/// the same algorithm twice (two GCRA intervals, two windows): Redis decides and takes each at
+/// once, giving back what those before took when a later one denies. Decided as in memory,
+/// where nothing is taken unless every policy admits.
 #[test]
-fn fixed_windows_checked_together_decide_the_same_on_redis_and_in_memory() {
+fn policies_that_take_at_once_checked_together_decide_the_same_on_redis_and_in_memory() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let window = |name: &'static str| {
+    let member = |name: &'static str| {
         (
+            prop::sample::select(vec![
+                Algorithm::FixedWindow,
+                Algorithm::Gcra,
+                Algorithm::TokenBucket,
+            ]),
             1_u64..12,
             prop::sample::select(vec![1_000_u64, 1_500, 7_000, 60_000]),
+            1_u64..12,
         )
-            .prop_map(move |(limit, window)| {
-                Policy::builder(name, Algorithm::FixedWindow)
+            .prop_map(move |(algorithm, limit, window, burst)| {
+                let builder = Policy::builder(name, algorithm)
                     .limit(limit)
-                    .window(std::time::Duration::from_millis(window))
-                    .build()
-                    .expect("a policy")
+                    .window(std::time::Duration::from_millis(window));
+                if algorithm.has_burst() {
+                    builder.burst(burst)
+                } else {
+                    builder
+                }
+                .build()
+                .expect("a policy")
             })
     };
-    let pair = (window("first"), window("second")).prop_map(|(a, b)| vec![a, b]);
+    let pair = (member("first"), member("second")).prop_map(|(a, b)| vec![a, b]);
     run_parity(&server, &runtime, pair);
+    // Each run numbers its cases from 1: the pairs' state would be read as the threes'.
+    redlimit_tests::flush_all(&mut server.connection());
+    let three =
+        (member("first"), member("second"), member("third")).prop_map(|(a, b, c)| vec![a, b, c]);
+    run_parity(&server, &runtime, three);
 }

@@ -11,7 +11,8 @@
 //! between its take and the give-back, what it took stays taken until its window passes: a
 //! refused request may then have spent quota, but never is one request too many admitted. The
 //! same holds for a take whose answer did not come within the budget: whether it ran is
-//! unknown, so nothing is given back for it.
+//! unknown, so nothing is given back for it; and for a give-back left unanswered, which makes a
+//! check that failed fail as unanswered (a timeout), so that its caller knows it may have spent.
 
 use std::borrow::Cow;
 
@@ -239,11 +240,20 @@ impl RedisBackend {
                                 }
                             }
                         }
-                        Ok(Err(error)) => tracing::warn!(
-                            %error,
-                            "a refused check across Cluster slots could not give back what one \
-                             slot took: it stays taken until its window passes"
-                        ),
+                        Ok(Err(error)) => {
+                            tracing::warn!(
+                                %error,
+                                "a refused check across Cluster slots could not give back what \
+                                 one slot took: it stays taken until its window passes"
+                            );
+                            // A failing check whose give-back went unanswered fails as unanswered:
+                            // whether it spent quota is unknown, as for a take left unanswered. A
+                            // refusal stays one, so that no failure policy admits what a policy
+                            // denied.
+                            if error.is_timeout() && failed.is_some() {
+                                failed = Some(error);
+                            }
+                        }
                         Err(error) => tracing::warn!(%error, "a give-back's task failed"),
                     }
                 }
