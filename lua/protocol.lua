@@ -5,12 +5,13 @@
 -- number of policies, then each policy: algorithm, limit, window (ms), burst, its flags
 -- (OVERRIDES, BAN, DELAY), then the ban's after, within, for and max (ms) when BAN, the longest
 -- delay (ms) when DELAY. Then each request, to the end: its cost, its head (its flags ONCE,
--- RESERVE, TAKEN_AT, REPEAT, LEASE, plus SET_STEP times its set's number), the request id's
+-- RESERVE, TAKEN_AT, REPEAT, LEASE, GIVEN, plus SET_STEP times its set's number), the request id's
 -- window (ms) when ONCE, the reservation's time (us) when TAKEN_AT, its concurrency limit's
 -- limit, lease TTL (ms) and lease id when LEASE, and when REPEAT how many requests it stands
 -- for: a run of requests of one cost and set, without other flags, whose keys follow one
 -- another.
--- KEYS: each request's request id key when ONCE, then its set's policies' in order, each its
+-- KEYS: each request's request id key when ONCE, its token's key when GIVEN (a settle made at
+-- most once: the key is set by the first), then its set's policies' in order, each its
 -- key, its override key when OVERRIDES, and its strikes and ban keys when BAN, then its lease
 -- set's key when LEASE.
 
@@ -57,8 +58,8 @@ end
 
 -- The request whose arguments start at argv[a]: its cost, its set's number, whether it is a
 -- reservation, the request id's window (ms) or nil, the reservation's time (us) or nil, where
--- the next request begins, how many requests it stands for, and its lease (limit, ttl, id) or
--- nil. number: tonumber, or one that keeps what it converted.
+-- the next request begins, how many requests it stands for, its lease (limit, ttl, id) or
+-- nil, and whether it is made at most once by a token (GIVEN). number: tonumber, or one that keeps what it converted.
 local function read_request(argv, a, number)
   number = number or tonumber
   local cost, head = number(argv[a]), number(argv[a + 1])
@@ -74,7 +75,7 @@ local function read_request(argv, a, number)
     a = a + 1
   end
   local lease = nil
-  if flags >= LEASE then
+  if flags % (2 * LEASE) >= LEASE then
     lease = { limit = number(argv[a]), ttl = number(argv[a + 1]), id = argv[a + 2] }
     a = a + 3
   end
@@ -83,7 +84,7 @@ local function read_request(argv, a, number)
     a = a + 1
   end
   return cost, (head - flags) / SET_STEP, flags % (2 * RESERVE) >= RESERVE, once_window, taken_at, a, repeats,
-    lease
+    lease, flags >= GIVEN
 end
 
 -- The key and numbers policy p checks its client by (an override's, when it reads one in

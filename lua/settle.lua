@@ -3,9 +3,12 @@
 -- algorithm's settle gives back at most the cost, only to the state the reservation counted in,
 -- never below empty. A request without it charges its cost now, even past the limit, in every
 -- policy of its set. A request with its reservation's request id (ONCE) moves what a retry of
--- that request is answered by as much: each admitting policy's remaining, never below 0.
+-- that request is answered by as much: each admitting policy's remaining, never below 0. A
+-- request with a token (GIVEN) is made only by the first call that carries it.
 -- Reply, per request: how many of its policies changed.
 local sets, a = read_sets(ARGV)
+-- How long (ms) a settle's token is kept: far longer than the settle is sent again for.
+local GIVEN_TTL_MS = 600000
 local now_us, out, k, last, _ = clock(ARGV[1]), {}, 1, #ARGV, nil
 
 -- The reply remembered at idem for a request of policies policies, each admitting policy's
@@ -25,20 +28,29 @@ local function resettle(idem, policies, delta)
 end
 
 while a <= last do
-  local cost, set, once, taken_at, repeats
-  cost, set, _, once, taken_at, a, repeats = read_request(ARGV, a)
+  local cost, set, once, taken_at, repeats, given
+  cost, set, _, once, taken_at, a, repeats, _, given = read_request(ARGV, a)
   for _ = 1, repeats do
     local idem
     if once then
       idem, k = KEYS[k], k + 1
     end
+    -- Sent again after its answer was lost, a settle made by a token finds it set, and
+    -- changes nothing.
+    local first = true
+    if given then
+      first = redis.call('SET', KEYS[k], '1', 'NX', 'PX', GIVEN_TTL_MS) ~= false
+      k = k + 1
+    end
     local changed = 0
     for _, p in ipairs(sets[set]) do
       local key, limit, window, burst
       key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
-      changed = changed + p.settle(key, limit, window, burst, now_us, cost, taken_at)
+      if first then
+        changed = changed + p.settle(key, limit, window, burst, now_us, cost, taken_at)
+      end
     end
-    if idem then
+    if idem and first then
       resettle(idem, #sets[set], taken_at and cost or -cost)
     end
     out[#out + 1] = changed

@@ -6,7 +6,7 @@ use redlimit::PolicySet;
 use std::sync::Arc;
 
 use deadpool_redis::redis::{self, aio::MultiplexedConnection};
-use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, RedisBackend};
+use redlimit::{Algorithm, KeyScheme, Limiter, MemoryBackend, Policy, RedisBackend};
 
 use crate::{
     Settings,
@@ -33,6 +33,8 @@ enum Contender {
     Raw {
         conn: MultiplexedConnection,
         sha1: String,
+        keys: KeyScheme,
+        policy: [Policy; 1],
     },
     /// A redlimit limiter checking one policy.
     Limiter(Limiter, Policy),
@@ -55,25 +57,14 @@ impl Contender {
                 // The decision the hand-written limiter makes.
                 std::hint::black_box(count <= 100);
             }
-            Self::Raw { conn, sha1 } => {
-                // The same key shape and arguments redlimit sends for a fixed window.
-                let key = format!("raw:fixed_window:{{{client}}}:fw:60000:100");
-                let reply: Vec<i64> = redis::cmd("EVALSHA")
-                    .arg(sha1)
-                    .arg(1)
-                    .arg(key)
-                    // Redis TIME; one set of one policy (fw, 100 per 60,000 ms, burst 100, no
-                    // flags); one request of cost 1, no flags, of set 1 (lua/protocol.lua).
-                    .arg("")
-                    .arg(1)
-                    .arg(1)
-                    .arg("fw")
-                    .arg(100)
-                    .arg(60_000)
-                    .arg(100)
-                    .arg(0)
-                    .arg(1)
-                    .arg(16)
+            Self::Raw {
+                conn,
+                sha1,
+                keys,
+                policy,
+            } => {
+                // What redlimit sends for a fixed window, under a prefix of its own.
+                let reply: Vec<i64> = redlimit::check_command(keys, policy, client, sha1)
                     .query_async(&mut conn.clone())
                     .await
                     .expect("raw EVALSHA");
@@ -186,6 +177,8 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
             &mut admin,
             redlimit::script_of(&[policy(Algorithm::FixedWindow, 100)]),
         ),
+        keys: KeyScheme::new("raw").expect("a valid prefix"),
+        policy: [policy(Algorithm::FixedWindow, 100)],
     };
     let mut contenders: Vec<(String, Arc<Contender>)> = vec![
         (NAIVE.to_owned(), Arc::new(naive)),

@@ -39,23 +39,16 @@ pub(crate) fn available() -> bool {
 fn contenders() -> Vec<Contender> {
     let keys = KeyScheme::new("bench").expect("a valid prefix");
     let client = "client-__rand_int__";
-    // The arguments redlimit sends for `policies` at Redis TIME (lua/protocol.lua): one policy
-    // set, then one request of cost 1, no flags, of set 1 (its head: 16 x 1).
-    let redlimit = |policies: &[Policy]| {
-        let mut args = vec![policies.len().to_string()];
-        args.extend(policies.iter().map(|p| keys.key(p, client)));
-        args.extend([String::new(), "1".to_owned(), policies.len().to_string()]);
-        for p in policies {
-            args.extend([
-                p.algorithm().tag().to_owned(),
-                p.limit().to_string(),
-                p.window().as_millis().to_string(),
-                p.burst().to_string(),
-                "0".to_owned(),
-            ]);
-        }
-        args.extend(["1".to_owned(), "16".to_owned()]);
-        args
+    // The arguments redlimit sends for `policies` at Redis TIME, after the script's SHA-1.
+    let redlimit = |policies: &[Policy]| -> Vec<String> {
+        redlimit::check_command(&keys, policies, client, "")
+            .args_iter()
+            .skip(2)
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => String::new(),
+            })
+            .collect()
     };
     // The naive script's window index from this process's clock, as its users compute it.
     let window = redlimit::Timestamp::now().as_micros() / 60_000_000;

@@ -178,6 +178,12 @@ impl KeyScheme {
         self.named(policy.name(), "~override", client)
     }
 
+    /// The key marking a settle of `client` made by its `token` (see `GiveBack`), in the
+    /// client's slot. `~` keeps it apart from every policy's keys.
+    pub(crate) fn given(&self, client: &str, token: &str) -> String {
+        self.named("~given", token, client)
+    }
+
     /// The pub/sub channel of operator events under this prefix (see `Limiter::reset`).
     pub(crate) fn events_channel(&self) -> String {
         format!("{}:~events", self.prefix)

@@ -122,8 +122,9 @@ struct ReadmeDoctests;
 /// `lua/protocol.lua`: the time in microseconds (or empty for Redis `TIME`), the number of
 /// policy sets, then per set its number of policies and per policy its algorithm, limit, window
 /// in milliseconds, burst and flags; then to the end, per request, its cost and its head (its
-/// flags plus 16 times its set's number, from 1; with the flag 8 a head stands for a run of
-/// requests alike but for their keys, and the run's length follows). Reply, per request: four integers
+/// flags plus `SET_STEP`, a local at the script's head, times its set's number, from 1; with
+/// the flag `REPEAT` a head stands for a run of requests alike but for their keys, and the
+/// run's length follows); [`check_command`] writes them. Reply, per request: four integers
 /// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). For
 /// preloading with `SCRIPT LOAD`, or for measuring against.
 pub const SCRIPT: &str = backend::redis::CHECK;
@@ -147,6 +148,37 @@ pub const SCRIPT: &str = backend::redis::CHECK;
 /// ```
 pub fn script_of(policies: &[Policy]) -> &'static str {
     backend::redis::protocol::source_of(policies)
+}
+
+/// The `EVALSHA` command the Redis backend sends for one check of cost 1 of `policies` for
+/// `client` at Redis `TIME`, its keys named by `keys`: the script named by `sha1` (that of
+/// [`script_of`]`(policies)`), its `KEYS` and its `ARGV` as `lua/protocol.lua` reads them. For
+/// replaying checks through another client, or measuring against; its reply is four integers
+/// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never).
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, KeyScheme, Policy};
+///
+/// let minute = Policy::builder("minute", Algorithm::FixedWindow)
+///     .limit(100)
+///     .window(Duration::from_secs(60))
+///     .build()?;
+/// let keys = KeyScheme::new("app")?;
+/// let command = redlimit::check_command(&keys, std::slice::from_ref(&minute), "alice", "0123");
+/// let args: Vec<_> = command.args_iter().collect();
+/// // EVALSHA, the SHA1, one key, the key, then the arguments.
+/// assert_eq!(args.len(), 4 + 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn check_command(
+    keys: &KeyScheme,
+    policies: &[Policy],
+    client: &str,
+    sha1: &str,
+) -> deadpool_redis::redis::Cmd {
+    let request = backend::redis::protocol::Request::new(policies, client);
+    backend::redis::protocol::encode(keys, None, &[request]).command("EVALSHA", sha1)
 }
 
 /// The deadpool-redis this crate is built with, for [`RedisBackend::from_pool`].

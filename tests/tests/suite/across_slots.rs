@@ -428,3 +428,99 @@ async fn a_concurrency_limit_across_slots_is_all_or_nothing() {
     );
     slot_free_within().await;
 }
+
+/// A give-back whose answer does not come within the budget is sent again, and gives back once
+/// however many of its sends run. The key's primary is paused (`CLIENT PAUSE WRITE`) after its
+/// take and until after the second send, so that both sends run when it wakes: a give-back
+/// sent again without its token would give back twice, leaving less used than was taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_sent_again_gives_back_once() {
+    let cluster = RedisCluster::start();
+    let budget = Duration::from_secs(2);
+    let limiter = limiter(&cluster, budget);
+    let keys = ["ip:1", "key:1"];
+    let (ip, key) = (
+        cluster
+            .primary_of(&key_of(&limiter, keys[0]))
+            .expect("a primary"),
+        cluster
+            .primary_of(&key_of(&limiter, keys[1]))
+            .expect("a primary"),
+    );
+    assert_ne!(ip, key, "two primaries");
+    // The IP has used its whole limit; the key 3 of its 40.
+    let alone = |client: &'static str, cost: u64| {
+        let (policy, _) = policy_of(client);
+        let limiter = limiter.clone();
+        async move {
+            let decided = limiter
+                .check(&PolicySet::from(policy), client)
+                .cost(cost)
+                .at(at_ms(T0))
+                .await
+                .expect("decided");
+            assert!(decided.allowed(), "{client}");
+        }
+    };
+    alone(keys[0], IP_LIMIT).await;
+    // The key's 3 as 4 settled at 3: the settle script is loaded on its primary, so that every
+    // send of the give-back runs (a send that met NOSCRIPT after its caller stopped waiting
+    // would not be sent again as EVAL).
+    let (key_policy, _) = policy_of(keys[1]);
+    let reserved = limiter
+        .check(&PolicySet::from(key_policy), keys[1])
+        .cost(4)
+        .reserve()
+        .at(at_ms(T0))
+        .await
+        .expect("decided");
+    assert!(
+        limiter
+            .settle(&reserved, 3)
+            .at(at_ms(T0))
+            .await
+            .expect("settled")
+    );
+    assert_eq!(used(&limiter, keys[1]).await, 3);
+    let calls = |port: u16| {
+        redlimit_tests::command_calls(&mut cluster.connection(port))
+            .get("evalsha")
+            .map_or(0, |stat| stat.calls)
+    };
+    // The IP's take waits a second; the key's runs at once.
+    let pause = |port: u16, ms: u64| {
+        let _: () = deadpool_redis::redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("WRITE")
+            .query(&mut cluster.connection(port))
+            .expect("CLIENT PAUSE");
+    };
+    pause(ip, 1_000);
+    let check = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move {
+            limiter
+                .check(&ip_and_key(), "")
+                .keys(&keys)
+                .at(at_ms(T0))
+                .await
+        })
+    };
+    // Bounded: the key's take runs within the budget, or the check has failed.
+    let started = std::time::Instant::now();
+    while used(&limiter, keys[1]).await != 4 {
+        assert!(started.elapsed() < budget, "the key's take never ran");
+        tokio::task::yield_now().await;
+    }
+    // The give-back is sent when the IP's take answers (1 s), times out (3 s), and is sent
+    // again a second later (4 s): the key's primary wakes after both are sent.
+    let before = calls(key);
+    pause(key, 5_000);
+    let refused = check.await.expect("a task").expect("decided");
+    assert!(!refused.allowed() && !refused[0].allowed && refused[1].allowed);
+    let sends = calls(key) - before;
+    assert!(sends >= 2, "the give-back sent twice: {sends} calls");
+    assert_eq!(used(&limiter, keys[1]).await, 3, "given back once");
+    assert_eq!(used(&limiter, keys[0]).await, IP_LIMIT);
+}

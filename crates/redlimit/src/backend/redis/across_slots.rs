@@ -309,6 +309,9 @@ struct GiveBack {
 }
 
 impl GiveBack {
+    /// Gives back, sent again while it fails (up to [`GIVE_BACK_SENDS`] times): a Cluster client
+    /// that stalled may never have sent it, or Redis ran it and the answer was lost, so it
+    /// carries a token by which only its first run gives back.
     async fn run(self) -> Result<u64, Error> {
         let keys: Vec<&str> = self.keys.iter().map(|key| &**key).collect();
         let part = Part {
@@ -320,8 +323,35 @@ impl GiveBack {
             cost: self.cost,
             at_us: self.at_us,
         };
-        self.redis
-            .settle_part(&self.scheme, &part, self.once.as_deref(), settlement, None)
-            .await
+        let token = lease_id();
+        let mut sent = 1;
+        loop {
+            let given = self
+                .redis
+                .settle_part(
+                    &self.scheme,
+                    &part,
+                    self.once.as_deref(),
+                    settlement,
+                    None,
+                    Some(&token),
+                )
+                .await;
+            match given {
+                Err(error) if sent < GIVE_BACK_SENDS && !error.is_corrupt_state() => {
+                    tracing::debug!(%error, "a give-back across Cluster slots failed: sent again");
+                    // Time for a stalled client to be found out and replaced (see held.rs).
+                    tokio::time::sleep(RESEND_AFTER).await;
+                    sent += 1;
+                }
+                given => return given,
+            }
+        }
     }
 }
+
+/// How many times a give-back is sent at most, [`RESEND_AFTER`] apart: a stalled Cluster
+/// client is found out by probes it leaves unanswered for a second (`PROBE_WAIT`), then
+/// replaced.
+const GIVE_BACK_SENDS: u32 = 3;
+const RESEND_AFTER: std::time::Duration = std::time::Duration::from_secs(1);

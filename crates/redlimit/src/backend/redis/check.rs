@@ -153,14 +153,14 @@ impl RedisBackend {
         ) else {
             let part = Part::of(&reserved.set, clients);
             return self
-                .settle_part(keys, &part, once, settlement, now_us)
+                .settle_part(keys, &part, once, settlement, now_us, None)
                 .await;
         };
         let settles = groups.iter().map(|group| {
             let part = Part::of_group(&reserved.set, clients, group);
             let settlement = settlement.at(times[group.places[0]]);
             async move {
-                self.settle_part(keys, &part, once, settlement, now_us)
+                self.settle_part(keys, &part, once, settlement, now_us, None)
                     .await
             }
         });
@@ -180,12 +180,14 @@ impl RedisBackend {
         once: Option<&str>,
         settlement: Settlement,
         now_us: Option<u64>,
+        given: Option<&str>,
     ) -> Result<u64, Error> {
         // With its request id (and as the reservation it was, which names the id's key), so
         // that a retry of the request is answered what is left after the settle.
         let request = Request {
             once: once.map(|id| (id, 0)),
             reserve: true,
+            given,
             ..part.request()
         };
         let request = match settlement {

@@ -36,7 +36,7 @@ constants! {
     // A request's flags: counted once per request id, reserved for a settle, a settle giving
     // back (carrying the time its reservation was taken at; without it a settle charges),
     // repeated (it stands for a run of requests alike but for their keys), holding a
-    // concurrency limit's lease.
+    // concurrency limit's lease, a settle made at most once by its token.
     /// A request's flag: counted once per request id.
     ONCE = 1;
     /// A request's flag: reserved for a settle.
@@ -47,8 +47,11 @@ constants! {
     REPEAT = 8;
     /// A request's flag: it holds a concurrency limit's lease.
     LEASE = 16;
+    /// A request's flag: a settle made at most once, however often it is sent, by its token's
+    /// key: a give-back sent again after its answer was lost.
+    GIVEN = 32;
     /// A head is its flags plus this many times its set's number.
-    SET_STEP = 32;
+    SET_STEP = 64;
     /// A policy's flag: it reads an override.
     OVERRIDES = 1;
     /// A policy's flag: it bans.
@@ -84,6 +87,8 @@ pub(crate) struct Request<'a> {
     pub(crate) each: Option<&'a [&'a str]>,
     /// A concurrency limit's lease to take when every policy admits.
     pub(crate) lease: Option<LeaseRequest<'a>>,
+    /// A settle's token: made at most once however often it is sent.
+    pub(crate) given: Option<&'a str>,
 }
 
 /// A lease a check asks for: of `policy`, named `id`, in the set at `key`.
@@ -107,6 +112,7 @@ impl<'a> Request<'a> {
             marks: true,
             each: None,
             lease: None,
+            given: None,
         }
     }
 
@@ -218,6 +224,10 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
                 id,
                 request.reserve,
             ));
+        }
+        if let Some(token) = request.given {
+            flags |= GIVEN;
+            keys.push(scheme.given(request.client_of(0), token));
         }
         if request.reserve {
             flags |= RESERVE;
@@ -387,7 +397,8 @@ impl Call {
         self.command("EVAL", script.source())
     }
 
-    fn command(&self, name: &str, script: &str) -> Cmd {
+    /// `name script …`: the call as a command of `name` (`EVAL`, `EVALSHA`) naming `script`.
+    pub(crate) fn command(&self, name: &str, script: &str) -> Cmd {
         let mut cmd = deadpool_redis::redis::cmd(name);
         cmd.arg(script).arg(self.keys.len()).arg(&self.keys);
         match &self.args {
