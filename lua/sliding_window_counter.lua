@@ -1,6 +1,9 @@
--- Sliding window counter (swc): hash w = current window index, p = previous window's count,
--- c = current window's count. The estimate prev * (window - elapsed) + curr * window is the
--- weighted count multiplied by the window, so every comparison is between integers.
+-- Sliding window counter (swc): a string 'w:p:c', w the current window's index, p the previous
+-- window's count, c the current window's. The estimate prev * (window - elapsed) + curr *
+-- window is the weighted count multiplied by the window, so every comparison is between
+-- integers. One string (GET, then SET) rather than a hash (HMGET, then HINCRBY, or HSET and
+-- PEXPIRE in a new window); the hash (fields w, p, c) that versions before kept is read alike
+-- and rewritten as a string by the next admission.
 -- Made by sliding_window_counter_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's: a table of
 -- them by name (see the prelude).
@@ -46,10 +49,28 @@ local function sliding_window_counter_functions()
     return index, at - index * window, at - now
   end
 
+  -- The stored window index and its previous and current counts; nil, nil, nil when absent.
+  local function counter_state(key)
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' then
+      if v.err and match(v.err, 'WRONGTYPE') then
+        return ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+      end
+      error(v)
+    elseif not v then
+      return nil, nil, nil
+    end
+    local w, p, c = match(v, '^(%d+):(%d+):(%d+)$')
+    if not w then
+      corrupt(key, 'is not a sliding window counter')
+    end
+    return int(key, w), int(key, p), int(key, c)
+  end
+
   -- The counts a check at now weighs, whether the stored window is its own (1/0), the stored
   -- window index, and where in its window the check is.
   local function counter_now(key, window, now)
-    local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+    local stored, p, c = counter_state(key)
     local index, elapsed, shift = counter_position(now, window, stored)
     local prev, curr, same = 0, 0, 0
     if stored == index then
@@ -60,15 +81,15 @@ local function sliding_window_counter_functions()
     return prev, curr, same, stored, elapsed, shift, index
   end
 
-  -- Adds cost to the window at index, kept (same) or new (prev carried over, curr counted
-  -- before), the key kept until that window's successor ends.
+  -- Adds cost to the window at index, kept (same: its deadline, the end of the next window,
+  -- has not moved) or new (prev carried over, curr counted before), the key kept until that
+  -- window's successor ends.
   local function counter_add(key, window, cost, same, index, prev, curr, elapsed, shift)
+    local state = text[index] .. ':' .. text[prev] .. ':' .. text[curr + cost]
     if same == 1 then
-      -- Same window: the state's deadline (the end of the next window) has not moved.
-      redis.call('HINCRBY', key, 'c', text[cost])
+      redis.call('SET', key, state, 'KEEPTTL')
     else
-      redis.call('HSET', key, 'w', text[index], 'p', text[prev], 'c', text[curr + cost])
-      redis.call('PEXPIRE', key, text[shift + 2 * window - elapsed])
+      redis.call('SET', key, state, 'PX', text[shift + 2 * window - elapsed])
     end
   end
 
@@ -111,15 +132,16 @@ local function sliding_window_counter_functions()
       sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr, stored)
       return 1
     end
-    local stored, p, c = ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+    local stored, p, c = counter_state(key)
     local index = div(div(at_us, 1000), window)
     if stored == index and c > 0 then
-      redis.call('HSET', key, 'c', c - min(c, cost))
+      c = c - min(c, cost)
     elseif stored == index + 1 and p > 0 then
-      redis.call('HSET', key, 'p', p - min(p, cost))
+      p = p - min(p, cost)
     else
       return 0
     end
+    redis.call('SET', key, text[stored] .. ':' .. text[p] .. ':' .. text[c], 'KEEPTTL')
     return 1
   end
   return {

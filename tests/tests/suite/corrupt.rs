@@ -50,7 +50,12 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
                 .arg("m")
                 .clone(),
         ],
+        // 'w:p:c', or the hash of the versions before, read alike.
         Algorithm::SlidingWindowCounter => vec![
+            set("1:0"),
+            set("x:0:1"),
+            set("1:0:-1"),
+            set(&format!("1:0:{}", "9".repeat(20))),
             hset(&["w", "x", "p", "0", "c", "1"]),
             hset(&["w", "1", "p", "0"]),
         ],
@@ -79,6 +84,7 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
         // A fixed window reads the other form too (a limit changed across 10^6): spoiled there.
         _ if window && !hashed => hset(&["s", &t0, "n", "many"]),
         _ if window => set("many"),
+        Algorithm::SlidingWindowCounter => redis::cmd("SADD").arg(key).arg(1).clone(),
         _ => set("1"),
     });
     cmds

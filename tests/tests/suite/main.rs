@@ -11,6 +11,7 @@ mod cluster;
 mod concurrency;
 mod corrupt;
 mod delay;
+mod earlier_forms;
 mod failover;
 mod harness;
 mod inspect;

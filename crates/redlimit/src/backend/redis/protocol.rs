@@ -691,7 +691,7 @@ mod tests {
                 "42", "2", // the time, two sets
                 "1", "fw", "5", "60000", "5", "0", // set 1: a
                 "1", "gcra", "7", "60000", "7", "0", // set 2: b
-                "1", "32", "2", "64", "3", "32", // cost and head (flags + 32 × set) each
+                "1", "64", "2", "128", "3", "64", // cost and head (flags + 64 × set) each
             ]
         );
     }
@@ -724,10 +724,10 @@ mod tests {
         assert_eq!(
             &argv(&joined)[14..],
             [
-                "1", "40", "3", // three of set 1: REPEAT + 32, then the run's length
-                "1", "64", // one of set 2
-                "1", "65", "9", "1", "65", "9", // request ids are never a run
-                "1", "32", // set 1 again
+                "1", "72", "3", // three of set 1: REPEAT + 64, then the run's length
+                "1", "128", // one of set 2
+                "1", "129", "9", "1", "129", "9", // request ids are never a run
+                "1", "64", // set 1 again
             ]
         );
     }

@@ -1,6 +1,6 @@
 //! An algorithm's state as Redis stores it, read into the fields the memory backend names:
-//! the packed strings of `lua/fixed_window.lua`, `lua/gcra.lua` and `lua/token_bucket.lua`
-//! unpacked, for an operator's inspect.
+//! the packed strings of `lua/fixed_window.lua`, `lua/gcra.lua`, `lua/token_bucket.lua` and
+//! `lua/sliding_window_counter.lua` unpacked, for an operator's inspect.
 
 use crate::Algorithm;
 
@@ -55,16 +55,23 @@ pub(super) fn named(
                 pairs.push(("s".to_owned(), start.to_string()));
                 pairs.push(("n".to_owned(), (packed % PACK).to_string()));
             }
-            // Two numbers in one string, named as the memory backend names them.
-            ("value", _) if matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) => {
-                let names = if algorithm == Algorithm::Gcra {
-                    ["tat", "interval"]
-                } else {
-                    ["u", "l"]
+            // Numbers in one string, named as the memory backend names them.
+            ("value", _)
+                if matches!(
+                    algorithm,
+                    Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::SlidingWindowCounter
+                ) =>
+            {
+                let names: &[&str] = match algorithm {
+                    Algorithm::Gcra => &["tat", "interval"],
+                    Algorithm::TokenBucket => &["u", "l"],
+                    _ => &["w", "p", "c"],
                 };
-                let (first, second) = value.split_once(':').unwrap_or((&value, ""));
-                pairs.push((names[0].to_owned(), first.to_owned()));
-                pairs.push((names[1].to_owned(), second.to_owned()));
+                let mut numbers = value.split(':');
+                for name in names {
+                    let number = numbers.next().unwrap_or_default();
+                    pairs.push(((*name).to_owned(), number.to_owned()));
+                }
             }
             _ => pairs.push((field, value)),
         }
@@ -121,6 +128,14 @@ mod tests {
             [
                 ("tat".to_owned(), "12".to_owned()),
                 ("interval".to_owned(), "34".to_owned())
+            ]
+        );
+        assert_eq!(
+            named(Algorithm::SlidingWindowCounter, &["value", "29:4:1"]),
+            [
+                ("w".to_owned(), "29".to_owned()),
+                ("p".to_owned(), "4".to_owned()),
+                ("c".to_owned(), "1".to_owned())
             ]
         );
         assert_eq!(

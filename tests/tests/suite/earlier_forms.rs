@@ -1,0 +1,67 @@
+//! State written by earlier versions: a sliding counter kept as a hash (`w`, `p`, `c`) is read as
+//! the string `w:p:c` that replaced it, decides alike, and is rewritten as a string by the next
+//! admission, keeping its deadline.
+
+use deadpool_redis::redis;
+use redlimit::Algorithm;
+use redlimit_tests::RedisServer;
+
+use crate::support::{T0, alone, at_ms, policy};
+
+#[tokio::test]
+async fn a_sliding_counter_kept_as_a_hash_is_read_alike_and_rewritten_as_a_string() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let mut connection = server.connection();
+    // 10 a minute; at T0 + 30 s into its window, 6 counted in the previous window and 2 in this
+    // one: 6 * 30 / 60 + 2 = 5 weighed, 5 left.
+    let p = policy(Algorithm::SlidingWindowCounter, 10, 60_000, None);
+    let index = T0 / 60_000;
+    let at = index * 60_000 + 30_000;
+    let key = limiter.keys().key(&p, "old");
+    let string = limiter.keys().key(&p, "new");
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg(&["w", &index.to_string(), "p", "6", "c", "2"][..])
+        .query(&mut connection)
+        .expect("HSET");
+    let _: () = redis::cmd("SET")
+        .arg(&string)
+        .arg(format!("{index}:6:2"))
+        .query(&mut connection)
+        .expect("SET");
+    for k in [&key, &string] {
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(k)
+            .arg(90_000)
+            .query(&mut connection)
+            .expect("PEXPIRE");
+    }
+    for client in ["old", "new"] {
+        let decided = limiter
+            .check(&alone(&p), client)
+            .at(at_ms(at))
+            .await
+            .expect("decided");
+        assert!(decided[0].allowed, "{client}");
+        assert_eq!(
+            decided[0].remaining, 4,
+            "{client}: 5 left before it, 4 after"
+        );
+    }
+    let kind: String = redis::cmd("TYPE")
+        .arg(&key)
+        .query(&mut connection)
+        .expect("TYPE");
+    assert_eq!(kind, "string", "rewritten by the admission");
+    let value: String = redis::cmd("GET")
+        .arg(&key)
+        .query(&mut connection)
+        .expect("GET");
+    assert_eq!(value, format!("{index}:6:3"));
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query(&mut connection)
+        .expect("PTTL");
+    assert!(ttl > 80_000 && ttl <= 90_000, "its deadline kept: {ttl}");
+}
