@@ -14,8 +14,8 @@ local sets, first = read_sets(ARGV)
 -- done: the length of out once its last whole reply was written.
 local done = 0
 
--- Decides a request of cost > 0 of several policies that each have an untake (aligned fixed
--- windows, GCRA, token buckets) at now_us, its replies in out after base, its keys from
+-- Decides a request of cost > 0 of several policies that each have an untake (fixed windows,
+-- GCRA, token buckets) at now_us, its replies in out after base, its keys from
 -- KEYS[k]: each policy decides and
 -- takes at once; a denial decides the policies after it without taking and gives back what the
 -- ones before it took, each of those then replying its quota before the request, as decide

@@ -249,15 +249,22 @@ local function fixed_window_functions()
     end
   end
 
-  -- Gives back what fw's window_alone took at now_us, when a later policy of its check denied:
-  -- the quota then, as decide would have seen it.
-  local function fixed_window_untake(key, limit, window, burst, now_us, cost)
-    if type(redis.pcall('DECRBY', key, text[cost])) ~= 'number' then
-      redis.call('HINCRBY', key, 'n', -cost)
+  -- Gives back what window_alone took at now_us, when a later policy of its check denied: the
+  -- quota then, as decide would have seen it (fw's when aligned, else fwa's). An anchored
+  -- window that take opened is deleted, as there was none before it: left open with nothing
+  -- counted, it would start the client's next window now instead of at its next request.
+  local function window_untake(aligned)
+    return function(key, limit, window, burst, now_us, cost)
+      if type(redis.pcall('DECRBY', key, text[cost])) ~= 'number' then
+        redis.call('HINCRBY', key, 'n', -cost)
+      end
+      local now = div(now_us, 1000)
+      local start, n = window_now(key, limit, window, now, aligned)
+      if n == 0 and not aligned and start == now then
+        redis.call('DEL', key)
+      end
+      return window_quota(limit, n, start + window, now)
     end
-    local now = div(now_us, 1000)
-    local start, n = window_now(key, limit, window, now, true)
-    return window_quota(limit, n, start + window, now)
   end
 
   -- Gives back to the window holding at_us (a newer window owes the reservation nothing), or,
@@ -287,11 +294,11 @@ local function fixed_window_functions()
   end
   local aligned = {
     decide = fixed_window, take = fixed_window_take_aligned, settle = SETTLES and window_settle(true),
-    alone = window_alone(true), untake = fixed_window_untake,
+    alone = window_alone(true), untake = window_untake(true),
   }
   local anchored = {
     decide = fixed_window_anchored, take = fixed_window_take_anchored,
-    settle = SETTLES and window_settle(false), alone = window_alone(false),
+    settle = SETTLES and window_settle(false), alone = window_alone(false), untake = window_untake(false),
   }
   return aligned, anchored
 end

@@ -22,7 +22,7 @@
 --     writes nothing and returns what take needs.
 --   untake(key, limit, window_ms, burst, now_us, cost) -> remaining, reset: what its alone took
 --     at now_us given back when a later policy of the check denied, replying as decide would
---     have before it (fw, gcra and tb; a set of policies that all have one is decided by their
+--     have before it (fw, fwa, gcra and tb; a set of policies that all have one is decided by their
 --     alones, see check.lua).
 -- Stored state means the same under any limit or burst (counts and times, not what is left), so
 -- a changed limit reads it as it stands.

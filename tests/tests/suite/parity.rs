@@ -125,7 +125,7 @@ fn policies_checked_together_decide_the_same_on_redis_and_in_memory() {
     run_parity(&server, &runtime, pair);
 }
 
-/// Aligned fixed windows, GCRA and token buckets checked together, two or three of them and
+/// Fixed windows (aligned and anchored), GCRA and token buckets checked together, two or three of them and
 /// the same algorithm twice (two GCRA intervals, two windows): Redis decides and takes each at
 /// once, giving back what those before took when a later one denies. Decided as in memory,
 /// where nothing is taken unless every policy admits.
@@ -137,6 +137,7 @@ fn policies_that_take_at_once_checked_together_decide_the_same_on_redis_and_in_m
         (
             prop::sample::select(vec![
                 Algorithm::FixedWindow,
+                Algorithm::FixedWindowAnchored,
                 Algorithm::Gcra,
                 Algorithm::TokenBucket,
             ]),
