@@ -218,8 +218,9 @@ local function decide_requests(out, kept, a)
     if not set and h % SET_STEP == REPEAT then
       set, repeats, after = sets[(h - REPEAT) / SET_STEP], number(ARGV[a + 2]), a + 3
     end
+    local cost = set and (numbers[cost_text] or number(cost_text))
     if set and set.plain then
-      local p, cost = set[1], numbers[cost_text] or number(cost_text)
+      local p = set[1]
       local alone, limit, window, burst, slack = p.alone, p.limit, p.window, p.burst, p.slack
       a = after
       now_us = now_us or clock(ARGV[1])
@@ -229,8 +230,17 @@ local function decide_requests(out, kept, a)
         out[done + 1], out[done + 2], out[done + 3], out[done + 4] = allowed, remaining, reset, retry
         done = done + 4
       end
+    elseif set and set.alone and cost > 0 then
+      -- Several policies that each take at once, without flags: no bookkeeping either.
+      a = after
+      now_us = now_us or clock(ARGV[1])
+      local step = 4 * #set
+      for _ = 1, repeats do
+        k = decide_alone(set, out, done, k, now_us, cost)
+        done = done + step
+      end
     else
-      local cost, reserve, once_window, repeats, lease
+      local reserve, once_window, lease
       cost, set, reserve, once_window, _, a, repeats, lease = read_request(ARGV, a, number)
       set = sets[set]
       for _ = 1, repeats do
