@@ -43,7 +43,7 @@ local function gcra_functions()
   local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance, suffix)
     local owed = new_tat - now_us
     local reset = floor((owed + 999) / 1000)
-    redis.call('SET', key, states[suffix][new_tat], 'PX', ttls[max(reset, SHORTEST_LIFE_MS)])
+    redis.call('SET', key, states[suffix][new_tat], 'PX', ttls[reset])
     return floor(max(tolerance - owed, 0) / interval), reset
   end
 
@@ -71,7 +71,7 @@ local function gcra_functions()
     if allowed == 1 and cost > 0 and not only_decide then
       -- gcra_take's write, here to save a call.
       local reset = floor((new_owed + 999) / 1000)
-      redis.call('SET', key, states[suffix][now_us + new_owed], 'PX', ttls[max(reset, SHORTEST_LIFE_MS)])
+      redis.call('SET', key, states[suffix][now_us + new_owed], 'PX', ttls[reset])
       return 1, floor(max(tolerance - new_owed, 0) / interval), reset, wait
     end
     local remaining, reset = floor(max(tolerance - owed, 0) / interval), floor((owed + 999) / 1000)
@@ -98,7 +98,7 @@ local function gcra_functions()
     if owed == 0 then
       redis.call('DEL', key)
     else
-      redis.call('SET', key, states[suffix][tat], 'PX', ttls[max(floor((owed + 999) / 1000), SHORTEST_LIFE_MS)])
+      redis.call('SET', key, states[suffix][tat], 'PX', ttls[floor((owed + 999) / 1000)])
     end
     return floor(max(burst * interval - owed, 0) / interval), floor((owed + 999) / 1000)
   end

@@ -40,12 +40,6 @@
 -- form on WRONGTYPE).
 
 local NEVER = -2
--- The shortest life (ms) of a GCRA or token bucket key. A state that owes less is kept this
--- long anyway: a key checked more often than it refills (a high limit) is then overwritten in
--- place, where it expired between checks and Redis deleted it and made it again (a tenth of
--- their instructions at 100,000 a minute, callgrind). A state that owes nothing reads as no
--- key, so a longer life changes no decision.
-local SHORTEST_LIFE_MS = 1000
 -- The protocol's flags (see protocol.lua), a request's (ONCE, RESERVE, TAKEN_AT, REPEAT, LEASE)
 -- and a policy's (OVERRIDES, BAN, DELAY), and SET_STEP (a request's head is its flags plus
 -- SET_STEP times its set's number) are locals the script's first lines declare, written from the

@@ -36,7 +36,7 @@ local function token_bucket_functions()
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
     if reset > 0 then
-      redis.call('SET', key, states[last][used], 'PX', ttls[max(reset, SHORTEST_LIFE_MS)])
+      redis.call('SET', key, states[last][used], 'PX', ttls[reset])
     else
       -- Nothing taken: a full bucket, as an absent key is.
       redis.call('DEL', key)
