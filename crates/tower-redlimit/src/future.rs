@@ -198,8 +198,10 @@ fn decide<S: Service<Request<B>> + Clone, B>(
     }
 }
 
-/// Calls the service with the decisions in the request's extensions: all of them (a handler
-/// can show the daily quota while the per-second one is tighter), and the most restrictive.
+/// Calls the service with the check's decisions in the request's extensions, one value: a
+/// handler reads all of them (the daily quota while the per-second one is tighter), or the most
+/// restrictive (`Decisions::most_restrictive`). One insert, not two: the extensions axum's
+/// router leaves have room for one more without growing (callgrind, `layer_overhead`).
 fn call<S: Service<Request<B>>, B>(
     decisions: Decisions,
     service: &mut S,
@@ -210,9 +212,7 @@ fn call<S: Service<Request<B>>, B>(
     if let Some(lease) = decisions.lease() {
         lease.keep_alive();
     }
-    let extensions = request.extensions_mut();
-    extensions.insert(decisions.most_restrictive().clone());
-    extensions.insert(decisions.clone());
+    request.extensions_mut().insert(decisions.clone());
     State::Calling {
         future: service.call(request),
         headers: Some((Arc::clone(tier), decisions)),

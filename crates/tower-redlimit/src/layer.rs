@@ -16,8 +16,8 @@ use crate::{
 ///
 /// Every request is keyed (by default [`ClientIp::peer`]), checked by a
 /// [`GuardedLimiter`] against all its policies in one round trip, and either passed on with the
-/// [`Decisions`](redlimit::Decisions) and the most restrictive
-/// [`Decision`](redlimit::Decision) in its extensions and rate-limit headers on
+/// check's [`Decisions`](redlimit::Decisions) in its extensions (the most restrictive:
+/// [`Decisions::most_restrictive`](redlimit::Decisions::most_restrictive)) and rate-limit headers on
 /// the response, or answered with `429 Too Many Requests` (gRPC: `RESOURCE_EXHAUSTED`) without
 /// calling the service. The guard holds what happens when the backend fails: its budget,
 /// failure policy, circuit breaker and block cache. Readiness is the inner service's.

@@ -45,8 +45,9 @@
 //!   block cache knows is over its limit, and an open circuit decide at once, without a future;
 //!   a check on Redis waits at most the guard's budget, then the failure policy answers.
 //! - **An answer.** Allowed: the service is called with the
-//!   [`Decisions`](redlimit::Decisions) (one per policy) and the most restrictive
-//!   [`Decision`](redlimit::Decision) in the request's extensions, and the response gets
+//!   [`Decisions`](redlimit::Decisions) (one per policy; the most restrictive by
+//!   [`Decisions::most_restrictive`](redlimit::Decisions::most_restrictive)) in the request's
+//!   extensions, and the response gets
 //!   `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers) or the legacy
 //!   `X-RateLimit-*` ([`HeaderStyle`]). Denied: `429 Too Many Requests` with `Retry-After`
 //!   (`503` when the limiter failed closed), or gRPC's `RESOURCE_EXHAUSTED`, without calling

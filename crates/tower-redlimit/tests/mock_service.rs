@@ -112,8 +112,9 @@ async fn a_denial_does_not_call_the_inner_service() {
     let request = answer(&mut handle, "hello").await;
     let decision = request
         .extensions()
-        .get::<redlimit::Decision>()
-        .expect("in the extensions");
+        .get::<redlimit::Decisions>()
+        .expect("in the extensions")
+        .most_restrictive();
     assert_eq!((decision.reason, decision.remaining), (Reason::Memory, 0));
     let first = first.await.expect("served");
     assert_eq!(first.status(), StatusCode::OK);
@@ -142,8 +143,8 @@ async fn a_waiting_check_calls_the_service_that_was_ready_and_leaves_a_clone() {
         let request = answer(&mut handle, "ok").await;
         request
             .extensions()
-            .get::<redlimit::Decision>()
-            .map(|d| d.reason)
+            .get::<redlimit::Decisions>()
+            .map(|d| d.most_restrictive().reason)
     };
     let (response, reason) = tokio::join!(pending, responded);
     assert_eq!(response.expect("served").status(), StatusCode::OK);

@@ -15,7 +15,7 @@ use axum::{
     routing::{MethodFilter, MethodRouter, on},
 };
 use redlimit::{
-    Decision, GuardedLimiter, KeyScheme, Limiter, MemoryBackend, PolicySet, RedisBackend,
+    Decisions, GuardedLimiter, KeyScheme, Limiter, MemoryBackend, PolicySet, RedisBackend,
 };
 use tower_redlimit::{
     AccessList, ClientIp, Global, HeaderKey, KeyExtractor, MissingKey, RateLimitLayer,
@@ -246,9 +246,9 @@ fn handler(handler: Handler, filter: MethodFilter) -> MethodRouter {
         Handler::Hello => on(filter, hello),
         Handler::Sleep(pause) => on(
             filter,
-            move |uri: Uri, decision: Option<Extension<Decision>>| async move {
+            move |uri: Uri, decisions: Option<Extension<Decisions>>| async move {
                 tokio::time::sleep(pause).await;
-                hello(uri, decision).await
+                hello(uri, decisions).await
             },
         ),
         Handler::Status(code) => on(filter, move || async move {
@@ -299,15 +299,18 @@ fn list(urls: &[RedisUrl]) -> String {
         .join(", ")
 }
 
-async fn hello(uri: Uri, decision: Option<Extension<Decision>>) -> String {
-    match decision {
-        Some(Extension(d)) => format!(
-            "ok {}: policy {}, {} remaining, decided by {}\n",
-            uri.path(),
-            d.policy,
-            d.remaining,
-            d.reason.as_str()
-        ),
+async fn hello(uri: Uri, decisions: Option<Extension<Decisions>>) -> String {
+    match decisions {
+        Some(Extension(decisions)) => {
+            let d = decisions.most_restrictive();
+            format!(
+                "ok {}: policy {}, {} remaining, decided by {}\n",
+                uri.path(),
+                d.policy,
+                d.remaining,
+                d.reason.as_str()
+            )
+        }
         None => format!("ok {}\n", uri.path()),
     }
 }

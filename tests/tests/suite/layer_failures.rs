@@ -8,7 +8,7 @@ use std::{
 
 use axum::{Extension, Router, routing::get};
 use redlimit::{
-    Algorithm, CircuitBreaker, Decision, FailurePolicy, GuardedLimiter, Limiter, RedisBackend,
+    Algorithm, CircuitBreaker, Decisions, FailurePolicy, GuardedLimiter, Limiter, RedisBackend,
 };
 use redlimit_tests::{HttpResponse, RedisServer, free_port, http_get, serve};
 use tower_redlimit::RateLimitLayer;
@@ -20,10 +20,10 @@ const BUDGET: Duration = Duration::from_millis(100);
 const MARGIN: Duration = Duration::from_secs(2);
 const COOLDOWN: Duration = Duration::from_millis(300);
 
-async fn reason(decision: Option<Extension<Decision>>) -> String {
-    decision.map_or_else(
+async fn reason(decisions: Option<Extension<Decisions>>) -> String {
+    decisions.map_or_else(
         || "none".to_owned(),
-        |Extension(d)| d.reason.as_str().to_owned(),
+        |Extension(d)| d.most_restrictive().reason.as_str().to_owned(),
     )
 }
 

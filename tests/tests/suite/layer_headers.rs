@@ -3,16 +3,16 @@
 
 use axum::{Extension, Router, routing::get};
 use redlimit::PolicySet;
-use redlimit::{Algorithm, Decision, GuardedLimiter, Limiter, Policy};
+use redlimit::{Algorithm, Decisions, GuardedLimiter, Limiter, Policy};
 use redlimit_tests::{RedisServer, TestClock, http_get, serve};
 use tower_redlimit::{ClientIp, HeaderStyle, RateLimitLayer};
 
 use crate::support::{T0, policy};
 
-async fn reason(decision: Option<Extension<Decision>>) -> String {
-    decision.map_or_else(
+async fn reason(decisions: Option<Extension<Decisions>>) -> String {
+    decisions.map_or_else(
         || "none".to_owned(),
-        |Extension(d)| d.reason.as_str().to_owned(),
+        |Extension(d)| d.most_restrictive().reason.as_str().to_owned(),
     )
 }
 
