@@ -114,8 +114,10 @@ pub(crate) fn policy(algorithm: Algorithm, limit: u64) -> Policy {
 }
 
 pub(crate) fn redis_limiter(url: &str, prefix: &str) -> Limiter {
+    // Long enough for a redis-server run under callgrind on a loaded machine (`--mode
+    // instructions`, some 50 times slower): a check that ran out of it would end the run.
     let backend = RedisBackend::builder(url)
-        .budget(std::time::Duration::from_secs(2))
+        .budget(std::time::Duration::from_secs(30))
         .build()
         .expect("a valid url");
     Limiter::with_prefix(backend, prefix).expect("a valid prefix")

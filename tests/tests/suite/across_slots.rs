@@ -430,14 +430,20 @@ async fn a_concurrency_limit_across_slots_is_all_or_nothing() {
 }
 
 /// A give-back whose answer does not come within the budget is sent again, and gives back once
-/// however many of its sends run. The key's primary is paused (`CLIENT PAUSE WRITE`) after its
-/// take and until after the second send, so that both sends run when it wakes: a give-back
-/// sent again without its token would give back twice, leaving less used than was taken.
+/// however many of its sends run. The key's primary is paused (`CLIENT PAUSE WRITE`) from after
+/// its take until after every send of the give-back timed out, then woken: all the sends run
+/// then, and a give-back sent again without its token would give back more than was taken.
+/// Each step waits on the one before it, not on a clock: the pauses end when the test says;
+/// every check is at one explicit time, so no window turns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_sent_again_gives_back_once() {
     let cluster = RedisCluster::start();
-    let budget = Duration::from_secs(2);
-    let limiter = limiter(&cluster, budget);
+    // Each send of the give-back waits a second (the backend's budget); the check itself waits
+    // as long as its guard's.
+    let limiter = limiter(&cluster, Duration::from_secs(1));
+    let guard = redlimit::GuardedLimiter::builder(limiter.clone(), ip_and_key())
+        .budget(Duration::from_secs(60))
+        .build();
     let keys = ["ip:1", "key:1"];
     let (ip, key) = (
         cluster
@@ -448,21 +454,15 @@ async fn a_give_back_sent_again_gives_back_once() {
             .expect("a primary"),
     );
     assert_ne!(ip, key, "two primaries");
-    // The IP has used its whole limit; the key 3 of its 40.
-    let alone = |client: &'static str, cost: u64| {
-        let (policy, _) = policy_of(client);
-        let limiter = limiter.clone();
-        async move {
-            let decided = limiter
-                .check(&PolicySet::from(policy), client)
-                .cost(cost)
-                .at(at_ms(T0))
-                .await
-                .expect("decided");
-            assert!(decided.allowed(), "{client}");
-        }
-    };
-    alone(keys[0], IP_LIMIT).await;
+    // The IP has used its whole limit.
+    let (ip_policy, _) = policy_of(keys[0]);
+    let spent = limiter
+        .check(&PolicySet::from(ip_policy), keys[0])
+        .cost(IP_LIMIT)
+        .at(at_ms(T0))
+        .await
+        .expect("decided");
+    assert!(spent.allowed());
     // The key's 3 as 4 settled at 3: the settle script is loaded on its primary, so that every
     // send of the give-back runs (a send that met NOSCRIPT after its caller stopped waiting
     // would not be sent again as EVAL).
@@ -487,40 +487,39 @@ async fn a_give_back_sent_again_gives_back_once() {
             .get("evalsha")
             .map_or(0, |stat| stat.calls)
     };
-    // The IP's take waits a second; the key's runs at once.
-    let pause = |port: u16, ms: u64| {
+    let client = |port: u16, args: &[&str]| {
         let _: () = deadpool_redis::redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(ms)
-            .arg("WRITE")
+            .arg(args)
             .query(&mut cluster.connection(port))
-            .expect("CLIENT PAUSE");
+            .expect("CLIENT");
     };
-    pause(ip, 1_000);
+    // The IP's take waits until the key's primary is paused; the key's runs at once.
+    client(ip, &["PAUSE", "60000", "WRITE"]);
     let check = {
-        let limiter = limiter.clone();
-        tokio::spawn(async move {
-            limiter
-                .check(&ip_and_key(), "")
-                .keys(&keys)
-                .at(at_ms(T0))
-                .await
-        })
+        let guard = guard.clone();
+        tokio::spawn(async move { guard.check("").keys(&keys).at(at_ms(T0)).await })
     };
-    // Bounded: the key's take runs within the budget, or the check has failed.
+    // Bounded: the key's take runs within the guard's budget, or the check has failed.
     let started = std::time::Instant::now();
     while used(&limiter, keys[1]).await != 4 {
-        assert!(started.elapsed() < budget, "the key's take never ran");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the key's take never ran"
+        );
         tokio::task::yield_now().await;
     }
-    // The give-back is sent when the IP's take answers (1 s), times out (3 s), and is sent
-    // again a second later (4 s): the key's primary wakes after both are sent.
     let before = calls(key);
-    pause(key, 5_000);
-    let refused = check.await.expect("a task").expect("decided");
+    client(key, &["PAUSE", "60000", "WRITE"]);
+    client(ip, &["UNPAUSE"]);
+    // The IP refuses; the give-back's three sends each time out against the paused primary.
+    let refused = check.await.expect("a task");
     assert!(!refused.allowed() && !refused[0].allowed && refused[1].allowed);
-    let sends = calls(key) - before;
-    assert!(sends >= 2, "the give-back sent twice: {sends} calls");
+    client(key, &["UNPAUSE"]);
+    // Read on the connection the sends went by: after them.
     assert_eq!(used(&limiter, keys[1]).await, 3, "given back once");
+    let sends = calls(key) - before;
+    // Three sends, of which a loaded client may drop one unsent once its caller stopped
+    // waiting: two that ran are what the token is for.
+    assert!(sends >= 2, "the give-back ran more than once: {sends} calls");
     assert_eq!(used(&limiter, keys[0]).await, IP_LIMIT);
 }
