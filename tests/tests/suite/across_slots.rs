@@ -520,6 +520,9 @@ async fn a_give_back_sent_again_gives_back_once() {
     let sends = calls(key) - before;
     // Three sends, of which a loaded client may drop one unsent once its caller stopped
     // waiting: two that ran are what the token is for.
-    assert!(sends >= 2, "the give-back ran more than once: {sends} calls");
+    assert!(
+        sends >= 2,
+        "the give-back ran more than once: {sends} calls"
+    );
     assert_eq!(used(&limiter, keys[0]).await, IP_LIMIT);
 }
