@@ -47,6 +47,16 @@ local function gcra_functions()
     return floor(max(tolerance - owed, 0) / interval), reset
   end
 
+  -- Stores the TAT tat (never before now) reached by interval: no key where it owes nothing, as
+  -- no key would. Returns the quota then.
+  local function gcra_put(key, limit, window, burst, now_us, tat, interval, suffix)
+    if tat == now_us then
+      redis.call('DEL', key)
+      return burst, 0
+    end
+    return gcra_take(key, limit, window, burst, now_us, 0, tat, interval, burst * interval, suffix)
+  end
+
   -- GCRA admitting a request whose slot is at most slack_us away. Admitted: retry is the wait in
   -- ms until its slot (-1 without slack); denied: the wait until its slot is within slack_us.
   -- slack_us: delay mode's longest wait for a slot (nil or 0 rejects instead). Instructions per
@@ -86,21 +96,12 @@ local function gcra_functions()
   end
 
   -- Gives back what gcra_alone took at now_us when a later policy of its check denied: the TAT
-  -- cost intervals earlier, no key where that owes nothing (as no key would), and the quota
-  -- then, as decide would have replied. gcra_alone left the interval in force, at_limit's.
+  -- cost intervals earlier, and the quota then, as decide would have replied.
   local function gcra_untake(key, limit, window, burst, now_us, cost)
-    if limit ~= at_limit or window ~= at_window then
-      at_limit, at_window, interval = limit, window, ceil_div(window * 1000, limit)
-      suffix = ':' .. str(interval)
-    end
-    local tat = gcra_tat(key, interval, suffix, now_us) - cost * interval
-    local owed = max(tat - now_us, 0)
-    if owed == 0 then
-      redis.call('DEL', key)
-    else
-      redis.call('SET', key, states[suffix][tat], 'PX', ttls[floor((owed + 999) / 1000)])
-    end
-    return floor(max(burst * interval - owed, 0) / interval), floor((owed + 999) / 1000)
+    local interval = ceil_div(window * 1000, limit)
+    local suffix = ':' .. str(interval)
+    local tat = max(gcra_tat(key, interval, suffix, now_us) - cost * interval, now_us)
+    return gcra_put(key, limit, window, burst, now_us, tat, interval, suffix)
   end
 
   -- Moves the TAT back by cost intervals, never before now (a TAT already past owes nothing);
@@ -117,11 +118,7 @@ local function gcra_functions()
     else
       tat = min(tat + cost * interval, now_us + MAX_DEBT)
     end
-    if tat == now_us then
-      redis.call('DEL', key)
-    else
-      gcra_take(key, limit, window, burst, now_us, cost, tat, interval, burst * interval, suffix)
-    end
+    gcra_put(key, limit, window, burst, now_us, tat, interval, suffix)
     return 1
   end
   return { decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone, untake = gcra_untake }
