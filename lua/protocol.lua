@@ -5,11 +5,11 @@
 -- number of policies, then each policy: algorithm, limit, window (ms), burst, its flags
 -- (OVERRIDES, BAN, DELAY), then the ban's after, within, for and max (ms) when BAN, the longest
 -- delay (ms) when DELAY. Then each request, to the end: its cost, its head (its flags ONCE,
--- RESERVE, TAKEN_AT, REPEAT, LEASE, GIVEN, plus SET_STEP times its set's number), the request id's
--- window (ms) when ONCE, the reservation's time (us) when TAKEN_AT, its concurrency limit's
--- limit, lease TTL (ms) and lease id when LEASE, and when REPEAT how many requests it stands
--- for: a run of requests of one cost and set, without other flags, whose keys follow one
--- another.
+-- RESERVE, TAKEN_AT, REPEAT, LEASE, GIVEN, GRANT, plus SET_STEP times its set's number), the
+-- request id's window (ms) when ONCE, the reservation's time (us) when TAKEN_AT, its concurrency
+-- limit's limit, lease TTL (ms) and lease id when LEASE, the most it takes beyond its cost where
+-- every policy has room when GRANT, and when REPEAT how many requests it stands for: a run of
+-- requests of one cost and set, without other flags, whose keys follow one another.
 -- KEYS: each request's request id key when ONCE, its token's key when GIVEN (a settle made at
 -- most once: the key is set by the first), then its set's policies' in order, each its
 -- key, its override key when OVERRIDES, and its strikes and ban keys when BAN, then its lease
@@ -59,7 +59,8 @@ end
 -- The request whose arguments start at argv[a]: its cost, its set's number, whether it is a
 -- reservation, the request id's window (ms) or nil, the reservation's time (us) or nil, where
 -- the next request begins, how many requests it stands for, its lease (limit, ttl, id) or
--- nil, and whether it is made at most once by a token (GIVEN). number: tonumber, or one that keeps what it converted.
+-- nil, whether it is made at most once by a token (GIVEN), and the most it takes beyond its
+-- cost (GRANT) or nil. number: tonumber, or one that keeps what it converted.
 local function read_request(argv, a, number)
   number = number or tonumber
   local cost, head = number(argv[a]), number(argv[a + 1])
@@ -79,12 +80,17 @@ local function read_request(argv, a, number)
     lease = { limit = number(argv[a]), ttl = number(argv[a + 1]), id = argv[a + 2] }
     a = a + 3
   end
+  local grant = nil
+  if flags % (2 * GRANT) >= GRANT then
+    grant = number(argv[a])
+    a = a + 1
+  end
   if flags % (2 * REPEAT) >= REPEAT then
     repeats = number(argv[a])
     a = a + 1
   end
   return cost, (head - flags) / SET_STEP, flags % (2 * RESERVE) >= RESERVE, once_window, taken_at, a, repeats,
-    lease, flags >= GIVEN
+    lease, flags % (2 * GIVEN) >= GIVEN, grant
 end
 
 -- The key and numbers policy p checks its client by (an override's, when it reads one in

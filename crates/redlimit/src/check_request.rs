@@ -58,6 +58,9 @@ pub(crate) struct Options<'a> {
     pub(crate) keys: Option<&'a [&'a str]>,
     /// The check's one time budget, from its guard; `None`: the backend's.
     pub(crate) budget: Option<Duration>,
+    /// A guard's grant: the most an admitted check takes beyond its cost, where every policy
+    /// has room, to be spent locally (see [`PolicyBuilder::grants`](crate::PolicyBuilder::grants)).
+    pub(crate) grant: Option<u64>,
 }
 
 impl Default for Options<'_> {
@@ -69,6 +72,7 @@ impl Default for Options<'_> {
             reserve: false,
             keys: None,
             budget: None,
+            grant: None,
         }
     }
 }

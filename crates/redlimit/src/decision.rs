@@ -70,6 +70,9 @@ pub enum Reason {
     /// [`GuardBuilder::shadow`](crate::GuardBuilder::shadow). `remaining`, `reset_after`
     /// and `retry_after` are the denial's.
     Shadow,
+    /// Allowed in process from units this instance took from Redis in advance (hot-key mode;
+    /// see [`Grants`](crate::Grants)).
+    Grant,
 }
 
 impl Reason {
@@ -83,11 +86,12 @@ impl Reason {
             Self::FailClosed => "fail_closed",
             Self::Fallback => "fallback",
             Self::Shadow => "shadow",
+            Self::Grant => "grant",
         }
     }
 
     /// How many reasons there are.
-    pub(crate) const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 8;
 
     /// A distinct index below [`COUNT`](Self::COUNT), for tables of counters.
     pub(crate) const fn index(self) -> usize {
@@ -99,6 +103,7 @@ impl Reason {
             Self::FailClosed => 4,
             Self::Fallback => 5,
             Self::Shadow => 6,
+            Self::Grant => 7,
         }
     }
 }

@@ -194,6 +194,7 @@ mod config_error;
 mod decision;
 mod decisions;
 mod error;
+mod grants;
 mod guard;
 mod inspection;
 mod key;
@@ -214,6 +215,7 @@ pub use self::{
     decision::{Decision, Reason, RetryAfter},
     decisions::Decisions,
     error::{Error, ErrorKind},
+    grants::Grants,
     guard::{
         BlockCache, Check, CircuitBreaker, Clock, FailurePolicy, GuardBuilder, GuardedLimiter,
         Stats,

@@ -1,7 +1,7 @@
 use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
 use crate::{
-    Ban, Override,
+    Ban, Grants, Override,
     config_error::{ConfigError, validate_name},
 };
 
@@ -141,6 +141,8 @@ struct PolicyInner {
     overridable: bool,
     /// Denied clients are banned for a while after repeated denials.
     ban: Option<Ban>,
+    /// Hot-key mode: a guard takes several units at once and spends them in process.
+    grants: Option<Grants>,
 }
 
 impl Policy {
@@ -155,6 +157,7 @@ impl Policy {
             max_delay: None,
             overridable: false,
             ban: None,
+            grants: None,
         }
     }
 
@@ -204,6 +207,11 @@ impl Policy {
     /// The ban after repeated denials, if any; see [`PolicyBuilder::ban`].
     pub fn ban(&self) -> Option<&Ban> {
         self.inner.ban.as_ref()
+    }
+
+    /// Hot-key mode, if on; see [`PolicyBuilder::grants`].
+    pub fn grants(&self) -> Option<Grants> {
+        self.inner.grants
     }
 
     /// Whether checks of this policy read a per-client override; see
@@ -279,9 +287,18 @@ pub struct PolicyBuilder {
     max_delay: Option<Duration>,
     overridable: bool,
     ban: Option<Ban>,
+    grants: Option<Grants>,
 }
 
 impl PolicyBuilder {
+    /// Hot-key mode: a guard on Redis takes several units at once and spends them in process,
+    /// with the bound on accuracy [`Grants`] writes down. Defaults to none: every check is
+    /// exact. Not with [`ban`](Self::ban) or [`max_delay`](Self::max_delay).
+    pub fn grants(mut self, grants: Grants) -> Self {
+        self.grants = Some(grants);
+        self
+    }
+
     /// Bans a client after repeated denials (see [`Ban`]): decided in the check's own script
     /// call (the one for several policies), which reads the client's ban and counts its
     /// denials. Defaults to none. Not with [`max_delay`](Self::max_delay).
@@ -436,6 +453,22 @@ impl PolicyBuilder {
         if let Some(ban) = &self.ban {
             ban.millis()?;
         }
+        let grants = match self.grants {
+            Some(_) if self.ban.is_some() => {
+                return Err(ConfigError::Conflict {
+                    field: "grants",
+                    with: "ban (every denial must reach the backend to count)",
+                });
+            }
+            Some(_) if max_delay_ms > 0 => {
+                return Err(ConfigError::Conflict {
+                    field: "grants",
+                    with: "max_delay",
+                });
+            }
+            Some(grants) => Some(grants.validated(burst, window_ms)?),
+            None => None,
+        };
         Ok(Policy {
             inner: Arc::new(PolicyInner {
                 fingerprint,
@@ -448,6 +481,7 @@ impl PolicyBuilder {
                 max_delay_ms,
                 overridable: self.overridable,
                 ban: self.ban,
+                grants,
             }),
         })
     }

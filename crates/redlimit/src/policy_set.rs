@@ -1,6 +1,6 @@
 use std::{collections::HashSet, ops::Deref, sync::Arc};
 
-use crate::{ConcurrencyPolicy, ConfigError, Policy};
+use crate::{ConcurrencyPolicy, ConfigError, Grants, Policy};
 
 /// The policies one check decides together, all or nothing, validated once when the set is
 /// built: checks then never validate.
@@ -55,6 +55,13 @@ impl PolicySet {
                 value: twice.name().to_owned(),
             });
         }
+        let granted = policies.iter().filter(|p| p.grants().is_some()).count();
+        if granted > 0 && granted < policies.len() {
+            return Err(ConfigError::Conflict {
+                field: "grants",
+                with: "policies without grants in one set (a grant spent in process would pass them by)",
+            });
+        }
         if policies.len() > 1 && policies.iter().any(|p| p.max_delay().is_some()) {
             return Err(ConfigError::Conflict {
                 field: "max_delay",
@@ -90,6 +97,12 @@ impl PolicySet {
                 with: "a concurrency limit (a request waiting for its slot would hold a lease)",
             });
         }
+        if self.grants().is_some() {
+            return Err(ConfigError::Conflict {
+                field: "grants",
+                with: "a concurrency limit (each request takes a lease of its own)",
+            });
+        }
         self.concurrency = Some(concurrency);
         Ok(self)
     }
@@ -106,6 +119,18 @@ impl PolicySet {
             .map(Policy::capacity)
             .min()
             .unwrap_or(0)
+    }
+
+    /// The set's hot-key mode: the smallest grant and shortest life of its policies, when every
+    /// one has [`grants`](crate::PolicyBuilder::grants); `None` when none has.
+    pub fn grants(&self) -> Option<Grants> {
+        let mut all = self.policies.iter().map(Policy::grants);
+        let first = all.next().flatten()?;
+        all.try_fold(first, |least, grants| {
+            grants.map(|g| {
+                Grants::up_to(least.max().min(g.max())).life(least.life_span().min(g.life_span()))
+            })
+        })
     }
 
     /// Whether the set is one policy in delay mode.

@@ -13,6 +13,7 @@ mod corrupt;
 mod delay;
 mod earlier_forms;
 mod failover;
+mod grants;
 mod harness;
 mod inspect;
 mod keys_per_policy;

@@ -10,6 +10,7 @@ use super::{
     block_cache::Slot,
     breakers::Breakers,
     error_log::ErrorLog,
+    grant_table::{Fetch, Grant, GrantTable, Pending, Spend},
     metrics::Metrics,
     parts::{Clock, Parts},
 };
@@ -94,6 +95,8 @@ struct Guard {
     /// cache worth their cost (in process, asking the backend is as cheap).
     remote: bool,
     blocks: Option<Arc<BlockCache>>,
+    /// Hot-key mode's grants, when every policy has them and the backend is remote.
+    grants: Option<Arc<GrantTable>>,
     errors: Arc<ErrorLog>,
     metrics: Arc<Metrics>,
     /// Dry run: a denial is reported and counted, and the request passes.
@@ -137,8 +140,13 @@ impl GuardedLimiter {
             // Operators' resets and overrides lift local blocks at every instance.
             redis.listen(&limiter.keys().events_channel());
         }
+        let grants = policies
+            .grants()
+            .filter(|_| remote)
+            .map(|grants| Arc::new(GrantTable::new(grants)));
         Self {
             inner: Arc::new(Guard {
+                grants,
                 bans: policies.iter().any(|p| p.ban().is_some()),
                 capacity: policies.capacity(),
                 limiter,
@@ -244,6 +252,32 @@ impl GuardedLimiter {
             .and_then(|keys| keys.first().copied())
             .unwrap_or(client);
         let span = guard.span(client, cost);
+        let timed = Options {
+            at: options
+                .at
+                .or_else(|| guard.clock.as_ref().map(|clock| clock())),
+            budget: (!guard.budget.is_zero()).then_some(guard.budget),
+            ..*options
+        };
+        // Hot-key mode: spent from a grant (before a block: what the grant holds was taken),
+        // or fetching one with this check (a reservation of the check's cost and the grant's,
+        // which the grant's end settles), or exact.
+        let grants = guard
+            .grants
+            .as_ref()
+            .filter(|_| options.once.is_none() && !reserve && options.keys.is_none());
+        let mut pending = None;
+        if let Some(grants) = grants {
+            match grants.spend(client, cost, guard.local_now_us()) {
+                Spend::Local(decisions, refill) => {
+                    if let Some(refill) = refill {
+                        self.refill(client, refill, &timed);
+                    }
+                    return Check::ready(guard.finish(decisions, &span));
+                }
+                Spend::Backend(sent) => pending = Some(sent),
+            }
+        }
         // Where the answer is recorded if it blocks, and when the check was sent.
         let mut block = None;
         // A cost no policy can ever grant gets its "never" from the backend; a retry's first
@@ -267,15 +301,21 @@ impl GuardedLimiter {
         if guard.remote && !guard.breaker(client).permit() {
             return self.fail(client, options, None, span);
         }
-        let options = Options {
-            at: options
-                .at
-                .or_else(|| guard.clock.as_ref().map(|clock| clock())),
-            budget: (!guard.budget.is_zero()).then_some(guard.budget),
-            ..*options
+        let options = timed;
+        let grant = pending.as_ref().and_then(Pending::grant);
+        let sent = Options {
+            grant,
+            reserve: reserve || grant.is_some(),
+            ..options
         };
-        match guard.limiter.start(&guard.policies, client, &options) {
-            Started::Ready(Ok(decisions)) => Check::ready(guard.finish(decisions, &span)),
+        match guard.limiter.start(&guard.policies, client, &sent) {
+            Started::Ready(Ok(decisions)) => {
+                let decisions = match pending {
+                    Some(pending) => self.granted(pending, cost, decisions, Instant::now()),
+                    None => decisions,
+                };
+                Check::ready(guard.finish(decisions, &span))
+            }
             Started::Ready(Err(error)) => {
                 guard.count_failed(error.kind());
                 self.fail(client, &options, Some(error), span)
@@ -297,6 +337,12 @@ impl GuardedLimiter {
                         // The backend times the check by the guard's budget: one timer.
                         let answer = answer.await;
                         this.inner.metrics.round_trip(sent.elapsed());
+                        let answer = match (answer, pending) {
+                            (Ok(decisions), Some(pending)) => {
+                                Ok(this.granted(pending, cost, decisions, sent))
+                            }
+                            (answer, _) => answer,
+                        };
                         let keys = borrowed_keys(keys.as_ref());
                         let options = Options {
                             keys: keys.as_deref(),
@@ -308,6 +354,75 @@ impl GuardedLimiter {
                 )
             }
         }
+    }
+
+    /// What a check that fetched a grant (sent at `sent`) reports; the grant is kept, and what
+    /// is left of it given back when its life ends.
+    fn granted(
+        &self,
+        pending: Pending,
+        cost: u64,
+        decisions: Decisions,
+        sent: Instant,
+    ) -> Decisions {
+        let Some(grants) = &self.inner.grants else {
+            return decisions;
+        };
+        let (grant, decisions) = grants.answered(pending, cost, decisions);
+        if let Some((grant, life)) = grant {
+            self.end_at(grant, sent + life);
+        }
+        decisions
+    }
+
+    /// Gives back what is left of `grant` at `end`.
+    fn end_at(&self, grant: Arc<Grant>, end: Instant) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(end.into()).await;
+            let left = grant.end();
+            if let Some(taken) = grant.reserved.reserved_cost().filter(|_| left > 0) {
+                this.settled(&grant.reserved, taken - left, None).await;
+            }
+        });
+    }
+
+    /// Fetches `client`'s next grant in the background while the last one lasts: a check of
+    /// cost 0 taking up to the fetch's size, at `options`' time and budget.
+    fn refill(&self, client: &str, fetch: Fetch, options: &Options<'_>) {
+        let guard = &*self.inner;
+        if tokio::runtime::Handle::try_current().is_err() || !guard.breaker(client).permit() {
+            return;
+        }
+        let options = Options {
+            cost: 0,
+            grant: Some(fetch.size),
+            reserve: true,
+            ..*options
+        };
+        let Started::Waiting(answer) = guard.limiter.start(&guard.policies, client, &options)
+        else {
+            return;
+        };
+        let this = self.clone();
+        let client = client.to_owned();
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            match answer.await {
+                Ok(decisions) => {
+                    this.inner.breaker(&client).record(true);
+                    this.granted(Pending::Fetch(fetch), 0, decisions, sent);
+                }
+                Err(error) => {
+                    let guard = &*this.inner;
+                    if error.counts_for_breaker() {
+                        guard.breaker(&client).record(error.is_corrupt_state());
+                    }
+                    guard.count_failed(error.kind());
+                    guard.errors.report(&error, &guard.policies);
+                }
+            }
+        });
     }
 
     /// Takes the backend's answer (recorded in the block cache at `block`), or its failure to

@@ -58,6 +58,7 @@ const REASONS: [Reason; Reason::COUNT] = [
     Reason::FailClosed,
     Reason::Fallback,
     Reason::Shadow,
+    Reason::Grant,
 ];
 
 const KINDS: [ErrorKind; ErrorKind::COUNT] = [
@@ -72,6 +73,11 @@ const KINDS: [ErrorKind; ErrorKind::COUNT] = [
 /// exposition shows no series that can never move.
 const fn possible(outcome: Outcome, reason: Reason, remote: bool, kind: Kind) -> bool {
     let bans = matches!(kind, Kind::Banning);
+    if matches!(reason, Reason::Grant) {
+        return remote
+            && matches!(kind, Kind::Granted)
+            && matches!(outcome, Outcome::Allowed | Outcome::NearLimit);
+    }
     if matches!(outcome, Outcome::Banned) && (!bans || matches!(reason, Reason::Shadow)) {
         return false;
     }
@@ -86,6 +92,7 @@ const fn possible(outcome: Outcome, reason: Reason, remote: bool, kind: Kind) ->
         Reason::FailOpen => matches!(outcome, Outcome::Allowed),
         Reason::LocalBlock => matches!(outcome, Outcome::Limited | Outcome::Banned),
         Reason::FailClosed | Reason::Shadow => matches!(outcome, Outcome::Limited),
+        Reason::Grant => false,
     }
 }
 
@@ -95,6 +102,8 @@ enum Kind {
     Rate,
     /// A rate policy with a ban.
     Banning,
+    /// A rate policy in hot-key mode.
+    Granted,
     Concurrency,
 }
 
@@ -169,6 +178,8 @@ impl Metrics {
         let rates = policies.iter().map(|policy| {
             let kind = if policy.ban().is_some() {
                 Kind::Banning
+            } else if policy.grants().is_some() {
+                Kind::Granted
             } else {
                 Kind::Rate
             };

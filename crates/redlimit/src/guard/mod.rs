@@ -9,6 +9,7 @@ mod check;
 mod circuit_breaker;
 mod error_log;
 mod failure_policy;
+mod grant_table;
 mod guarded_limiter;
 mod metrics;
 mod parts;

@@ -63,6 +63,7 @@ impl RedisBackend {
             lease: lease
                 .as_ref()
                 .map(|(policy, key, id)| LeaseRequest { policy, key, id }),
+            grant: options.grant,
             ..Request::new(query.set, client)
         };
         let now_us = options.at.map(Timestamp::as_micros);
@@ -88,18 +89,21 @@ impl RedisBackend {
             let concurrency = set.concurrency();
             let request = Request {
                 reserve: options.reserve,
+                grant: options.grant,
                 lease: concurrency
                     .zip(lease.as_ref())
                     .map(|(policy, (key, id))| LeaseRequest { policy, key, id }),
                 ..Request::new(&set, "")
             };
             let reply = redis.reply_alone(member, request, budget).await?;
-            let taken_at_us = reply.taken_at_us;
+            let (taken_at_us, granted) = (reply.taken_at_us, reply.granted);
             let decisions = leased(&set, reply, lease, &redis);
             let each = borrowed_keys(each.as_ref());
+            // A grant's reservation is of everything it took.
             let options = Options {
                 once: once.as_deref().map(|id| (id, 0)),
                 keys: each.as_deref(),
+                cost: options.cost + granted,
                 ..options
             };
             Ok(stamp(decisions, &options, &set, &client, taken_at_us))

@@ -36,7 +36,7 @@ constants! {
     // A request's flags: counted once per request id, reserved for a settle, a settle giving
     // back (carrying the time its reservation was taken at; without it a settle charges),
     // repeated (it stands for a run of requests alike but for their keys), holding a
-    // concurrency limit's lease, a settle made at most once by its token.
+    // concurrency limit's lease, a settle made at most once by its token, a grant.
     /// A request's flag: counted once per request id.
     ONCE = 1;
     /// A request's flag: reserved for a settle.
@@ -50,8 +50,11 @@ constants! {
     /// A request's flag: a settle made at most once, however often it is sent, by its token's
     /// key: a give-back sent again after its answer was lost.
     GIVEN = 32;
+    /// A request's flag: it takes up to this many more than its cost where every policy has
+    /// room (a guard's grant, spent locally).
+    GRANT = 64;
     /// A head is its flags plus this many times its set's number.
-    SET_STEP = 64;
+    SET_STEP = 128;
     /// A policy's flag: it reads an override.
     OVERRIDES = 1;
     /// A policy's flag: it bans.
@@ -89,6 +92,8 @@ pub(crate) struct Request<'a> {
     pub(crate) lease: Option<LeaseRequest<'a>>,
     /// A settle's token: made at most once however often it is sent.
     pub(crate) given: Option<&'a str>,
+    /// The most an admitted check takes beyond its cost where every policy has room: a grant.
+    pub(crate) grant: Option<u64>,
 }
 
 /// A lease a check asks for: of `policy`, named `id`, in the set at `key`.
@@ -113,6 +118,7 @@ impl<'a> Request<'a> {
             each: None,
             lease: None,
             given: None,
+            grant: None,
         }
     }
 
@@ -127,7 +133,9 @@ impl<'a> Request<'a> {
     /// no override and bans no one.
     pub(crate) fn lean(&self) -> Option<Algorithm> {
         match self.policies {
-            [policy] if self.marks_of(policy) == 0 && self.lease.is_none() => {
+            [policy]
+                if self.marks_of(policy) == 0 && self.lease.is_none() && self.grant.is_none() =>
+            {
                 Some(policy.algorithm())
             }
             _ => None,
@@ -144,6 +152,7 @@ impl<'a> Request<'a> {
         4 * self.policies.len()
             + IN_FORCE * overridable
             + usize::from(self.reserve)
+            + usize::from(self.grant.is_some())
             + if self.lease.is_some() { LEASE_REPLY } else { 0 }
     }
 
@@ -271,6 +280,10 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
                 Arg::Owned(lease.id.to_owned()),
             ]);
             keys.push(lease.key.to_owned());
+        }
+        if let Some(grant) = request.grant {
+            flags |= GRANT;
+            extra.push(Arg::Int(grant.min(MAX_EXACT)));
         }
         encoded.push(Encoded {
             // Any cost above 2^53 is as impossible as 2^53 itself, and stays exact in Lua.
@@ -504,6 +517,8 @@ pub(crate) struct Reply {
     pub(crate) in_force: Vec<InForce>,
     /// A reservation's time; `None` for a retry, which took nothing.
     pub(crate) taken_at_us: Option<u64>,
+    /// What a grant took beyond the request's cost.
+    pub(crate) granted: u64,
     /// The answer of the request's concurrency limit, when it asked for a lease.
     pub(crate) lease: Option<Acquired>,
 }
@@ -515,7 +530,8 @@ pub(crate) fn source_of(policies: &[Policy]) -> &'static str {
 
 /// Reads the reply to `request`, a check's part of its call's reply: four integers per policy,
 /// then the numbers in force (limit, window, burst) of each policy that reads an override, then
-/// for a reservation the time it was taken at, then a lease's answer when it asked for one.
+/// for a reservation the time it was taken at, then for a grant what it took beyond the cost,
+/// then a lease's answer when it asked for one.
 pub(crate) fn decode(reply: &[i64], request: &Request<'_>) -> Result<Reply, Error> {
     let leased = if request.lease.is_some() {
         LEASE_REPLY
@@ -525,12 +541,14 @@ pub(crate) fn decode(reply: &[i64], request: &Request<'_>) -> Result<Reply, Erro
     if reply.len() != request.reply_len() {
         return Err(short_reply(reply.len()));
     }
+    let grant = usize::from(request.grant.is_some());
     let overridable =
-        reply.len() - 4 * request.policies.len() - usize::from(request.reserve) - leased;
+        reply.len() - 4 * request.policies.len() - usize::from(request.reserve) - grant - leased;
     debug_assert_eq!(overridable % IN_FORCE, 0);
     let (answers, after) = reply.split_at(4 * request.policies.len());
     let (limits, after) = after.split_at(overridable);
-    let (taken, lease) = after.split_at(after.len() - leased);
+    let (taken, after) = after.split_at(usize::from(request.reserve));
+    let (granted, lease) = after.split_at(grant);
     Ok(Reply {
         answers: answers
             .chunks_exact(4)
@@ -552,6 +570,10 @@ pub(crate) fn decode(reply: &[i64], request: &Request<'_>) -> Result<Reply, Erro
             .first()
             .and_then(|&at| u64::try_from(at).ok())
             .filter(|&at| at > 0),
+        granted: granted
+            .first()
+            .and_then(|&n| u64::try_from(n).ok())
+            .unwrap_or(0),
         lease: (leased > 0).then(|| acquired(lease)).transpose()?,
     })
 }
@@ -691,7 +713,7 @@ mod tests {
                 "42", "2", // the time, two sets
                 "1", "fw", "5", "60000", "5", "0", // set 1: a
                 "1", "gcra", "7", "60000", "7", "0", // set 2: b
-                "1", "64", "2", "128", "3", "64", // cost and head (flags + 64 × set) each
+                "1", "128", "2", "256", "3", "128", // cost and head (flags + 128 × set) each
             ]
         );
     }
@@ -724,10 +746,10 @@ mod tests {
         assert_eq!(
             &argv(&joined)[14..],
             [
-                "1", "72", "3", // three of set 1: REPEAT + 64, then the run's length
-                "1", "128", // one of set 2
-                "1", "129", "9", "1", "129", "9", // request ids are never a run
-                "1", "64", // set 1 again
+                "1", "136", "3", // three of set 1: REPEAT + 128, then the run's length
+                "1", "256", // one of set 2
+                "1", "257", "9", "1", "257", "9", // request ids are never a run
+                "1", "128", // set 1 again
             ]
         );
     }

@@ -1,0 +1,113 @@
+//! Hot-key mode: an instance takes several units from the backend at once and spends them in
+//! process.
+
+use std::time::Duration;
+
+use crate::ConfigError;
+
+/// Hot-key mode for a [`Policy`](crate::Policy): a [`GuardedLimiter`](crate::GuardedLimiter) on
+/// Redis takes up to [`max`](Self::max) units beyond a request's cost in the check's own script
+/// call (as many as every policy of the set has room for, never more), holds them for at most
+/// [`life`](Self::life), and decides that client's next requests in process from them, with
+/// [`Reason::Grant`](crate::Reason::Grant). One hot key then costs Redis one call per grant
+/// instead of one per request.
+///
+/// How much it takes adapts to the key's rate: about the requests this instance saw of the key
+/// in half a life, so a quiet key is checked exactly (one call per request, nothing held) and a
+/// hot one holds up to `max`. A new grant is fetched in the background once half the last one
+/// is spent. Units still held when a grant's life ends are given back (a settle, as
+/// [`Limiter::settle`](crate::Limiter::settle)).
+///
+/// # What it costs in accuracy
+/// Every unit spent was taken from the backend first, so over any span the instances admit no
+/// more than the backend granted. What moves is *when*: a unit taken at one moment may be spent
+/// up to a life later. So in any window a policy admits at most its limit plus the units the
+/// instances held unspent when the window began, **at most `instances × max`**. For the fixed
+/// and anchored windows a grant ends with the window it was taken in, so they admit **at most
+/// their limit**. The other way round, units one instance holds are not available to the
+/// others until spent or given back: near the limit, another instance may be denied while
+/// they are held.
+///
+/// A set checks with grants only if every one of its policies has them; the smallest `max` and
+/// `life` of the set apply. Not with a ban, delay mode or a concurrency limit (each request
+/// must reach the backend for those), and checks with a request id, a reservation or a key per
+/// policy stay exact. Defaults to none: every check is exact.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlimit::{Algorithm, Grants, Policy};
+///
+/// // A global limit of 50,000 a minute shared by every instance: each holds up to 500.
+/// let global = Policy::builder("global", Algorithm::FixedWindow)
+///     .limit(50_000)
+///     .window(Duration::from_secs(60))
+///     .grants(Grants::up_to(500).life(Duration::from_millis(500)))
+///     .build()?;
+/// assert_eq!(global.grants().map(|g| g.max()), Some(500));
+/// # Ok::<(), redlimit::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grants {
+    max: u64,
+    life: Duration,
+}
+
+impl Grants {
+    /// Grants of at most `max` units beyond a request's cost, living 1 s (see
+    /// [`life`](Self::life)).
+    pub fn up_to(max: u64) -> Self {
+        Self {
+            max,
+            life: Duration::from_secs(1),
+        }
+    }
+
+    /// The longest a grant is spent before what is left of it is given back: a whole number of
+    /// milliseconds; one longer than the policy's window is the window. Defaults to 1 s.
+    #[must_use]
+    pub fn life(mut self, life: Duration) -> Self {
+        self.life = life;
+        self
+    }
+
+    /// The most units a grant takes beyond its request's cost.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// The longest a grant is spent.
+    pub fn life_span(&self) -> Duration {
+        self.life
+    }
+
+    /// These grants for a policy of `burst` and a window of `window_ms`, or the field at
+    /// fault: the life no longer than the window.
+    pub(crate) fn validated(self, burst: u64, window_ms: u64) -> Result<Self, ConfigError> {
+        if self.max == 0 {
+            return Err(ConfigError::Zero {
+                field: "grants.max",
+            });
+        }
+        if self.max > burst {
+            return Err(ConfigError::TooLarge {
+                field: "grants.max",
+                max: burst,
+            });
+        }
+        if !self.life.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(ConfigError::NotWholeMillis {
+                field: "grants.life",
+            });
+        }
+        if self.life.is_zero() {
+            return Err(ConfigError::Zero {
+                field: "grants.life",
+            });
+        }
+        let window = Duration::from_millis(window_ms);
+        Ok(Self {
+            life: self.life.min(window),
+            ..self
+        })
+    }
+}
