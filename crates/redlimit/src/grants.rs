@@ -111,3 +111,117 @@ impl Grants {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{Algorithm, Ban, ConcurrencyPolicy, ConfigError, Grants, Policy, PolicySet};
+
+    fn policy(name: &str, grants: Option<Grants>) -> crate::PolicyBuilder {
+        let builder = Policy::builder(name, Algorithm::Gcra)
+            .limit(100)
+            .window(Duration::from_secs(10));
+        match grants {
+            Some(grants) => builder.grants(grants),
+            None => builder,
+        }
+    }
+
+    #[test]
+    fn bad_grants_are_refused_naming_the_field() {
+        let refused = |grants: Grants| policy("p", Some(grants)).build().unwrap_err();
+        assert_eq!(
+            refused(Grants::up_to(0)),
+            ConfigError::Zero {
+                field: "grants.max"
+            }
+        );
+        assert_eq!(
+            refused(Grants::up_to(101)),
+            ConfigError::TooLarge {
+                field: "grants.max",
+                max: 100
+            }
+        );
+        let odd = Grants::up_to(5).life(Duration::from_micros(1_500));
+        assert_eq!(
+            refused(odd),
+            ConfigError::NotWholeMillis {
+                field: "grants.life"
+            }
+        );
+        assert_eq!(
+            refused(Grants::up_to(5).life(Duration::ZERO)),
+            ConfigError::Zero {
+                field: "grants.life"
+            }
+        );
+        let long = policy("p", Some(Grants::up_to(5).life(Duration::from_secs(60))));
+        let long = long.build().expect("valid");
+        assert_eq!(
+            long.grants().map(|g| g.life_span()),
+            Some(Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn grants_stay_out_of_what_must_reach_the_backend() {
+        let grants = Some(Grants::up_to(5));
+        let ban = Ban::new(3, Duration::from_secs(1), Duration::from_secs(60));
+        let banning = policy("p", grants).ban(ban).build().unwrap_err();
+        assert!(matches!(
+            banning,
+            ConfigError::Conflict {
+                field: "grants",
+                ..
+            }
+        ));
+        let delayed = policy("p", grants)
+            .max_delay(Duration::from_secs(1))
+            .build();
+        assert!(matches!(
+            delayed.unwrap_err(),
+            ConfigError::Conflict {
+                field: "grants",
+                ..
+            }
+        ));
+        let (with, without) = (
+            policy("a", grants).build().expect("valid"),
+            policy("b", None).build().expect("valid"),
+        );
+        let mixed = PolicySet::new([with.clone(), without]).unwrap_err();
+        assert!(matches!(
+            mixed,
+            ConfigError::Conflict {
+                field: "grants",
+                ..
+            }
+        ));
+        let lease = ConcurrencyPolicy::builder("c")
+            .limit(2)
+            .build()
+            .expect("valid");
+        let leased = PolicySet::from(with).with_concurrency(lease).unwrap_err();
+        assert!(matches!(
+            leased,
+            ConfigError::Conflict {
+                field: "grants",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_set_grants_the_least_of_its_policies() {
+        let a = policy("a", Some(Grants::up_to(50).life(Duration::from_secs(2))));
+        let b = policy("b", Some(Grants::up_to(20).life(Duration::from_secs(5))));
+        let set = PolicySet::new([a.build().expect("valid"), b.build().expect("valid")]);
+        let grants = set.expect("valid").grants().expect("grants");
+        assert_eq!(
+            (grants.max(), grants.life_span()),
+            (20, Duration::from_secs(2))
+        );
+    }
+}
