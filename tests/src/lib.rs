@@ -13,6 +13,7 @@ struct ReadmeDoctests;
 mod cluster;
 mod commands;
 mod fake;
+mod hot_key;
 mod http;
 mod pki;
 mod sentinel;
@@ -22,6 +23,7 @@ pub use self::{
     cluster::RedisCluster,
     commands::{CommandStat, Sent, command_calls, commands_sent, script_calls},
     fake::HugeReplyServer,
+    hot_key::hammer_one_key,
     http::{HttpResponse, TestClock, http_get, serve},
     pki::Pki,
     sentinel::RedisSentinel,

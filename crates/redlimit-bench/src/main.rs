@@ -8,6 +8,7 @@ mod client_header;
 mod decisions;
 mod drive;
 mod flood;
+mod hot_key;
 mod http;
 mod instructions;
 mod memory_table;
@@ -23,10 +24,11 @@ use saturation::Keys;
 
 const USAGE: &str =
     "usage: redlimit-bench [--mode all|decisions|saturation|saturate|http|flood|memory|accuracy|
-  instructions] [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R]
+  instructions|hot-key] [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R]
   [--workers W] [--chart PATH] [--only NAME,NAME]
 accuracy (not part of all) needs no Redis and draws its SVG to PATH (docs/accuracy.svg);
 instructions (not part of all) runs a redis-server of its own under valgrind's callgrind;
+hot-key (not part of all) drives one key from 4 processes (C in flight each), exact and with grants;
 defaults: all modes, N = 200000, C = 64, K = 10000, R = 24 rounds, W = 1 tokio worker,
 limit 100 per 60 s, and a redis-server of its own; --only keeps the saturation and
 instructions modes to the contenders named (and the naive script, the baseline)";
@@ -94,6 +96,7 @@ impl Settings {
             "memory",
             "accuracy",
             "instructions",
+            "hot-key",
         ]
         .contains(&settings.mode.as_str())
         {
@@ -114,6 +117,9 @@ impl Settings {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(hot_key::WORKER) {
+        return hot_key::worker(&args[1..]);
+    }
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
@@ -214,6 +220,15 @@ fn main() -> ExitCode {
              contenders' guards were built before it was installed and count into none",
             http::decisions_recorded(&recorder)
         );
+    }
+    if settings.mode == "hot-key" {
+        let rows = hot_key::run(&url, &settings);
+        let title = format!(
+            "hot key (one key from 4 processes × {} in flight, limit N / 2 an hour; median of {} \
+             rounds by decisions/s)",
+            settings.concurrency, settings.rounds
+        );
+        report::print(&title, &rows, "fixed_window_anchored");
     }
     if settings.runs("flood") {
         let rows = load.block_on(flood::run(&url, &settings));

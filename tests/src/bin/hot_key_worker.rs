@@ -6,6 +6,7 @@
 use std::{env, process::ExitCode, time::Duration};
 
 use redlimit::{Algorithm, Grants, GuardedLimiter, Limiter, Policy, RedisBackend};
+use redlimit_tests::hammer_one_key;
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -23,7 +24,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a runtime");
-    let (admitted, denied) = runtime.block_on(run(url, prefix, limit, checks, at_once.max(1)));
+    let (admitted, denied) = runtime.block_on(run(url, prefix, limit, checks, at_once));
     println!("{admitted} {denied}");
     ExitCode::SUCCESS
 }
@@ -43,30 +44,5 @@ async fn run(url: &str, prefix: &str, limit: u64, checks: u64, at_once: u64) -> 
     let guard = GuardedLimiter::builder(limiter, policy)
         .budget(Duration::from_secs(30))
         .build();
-    let tasks: Vec<_> = (0..at_once)
-        .map(|task| {
-            let guard = guard.clone();
-            // Each task's share of the checks, the first ones taking what does not divide.
-            let share = checks / at_once + u64::from(task < checks % at_once);
-            tokio::spawn(async move {
-                let (mut admitted, mut denied) = (0, 0);
-                for _ in 0..share {
-                    let decisions = guard.check("global").await;
-                    assert!(decisions.error().is_none(), "{:?}", decisions.error());
-                    if decisions.allowed() {
-                        admitted += 1;
-                    } else {
-                        denied += 1;
-                    }
-                }
-                (admitted, denied)
-            })
-        })
-        .collect();
-    let mut totals = (0, 0);
-    for task in tasks {
-        let (admitted, denied) = task.await.expect("a task");
-        totals = (totals.0 + admitted, totals.1 + denied);
-    }
-    totals
+    hammer_one_key(&guard, checks, at_once).await
 }
