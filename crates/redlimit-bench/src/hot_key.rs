@@ -158,6 +158,7 @@ fn measure(at: usize, round: usize, settings: &Settings, url: &str) -> Row {
         #[allow(clippy::cast_possible_truncation)]
         extra: vec![
             ("admitted", admitted),
+            ("script_calls", calls),
             ("limit", limit + refill),
             ("bound", bound),
             ("client_ns_per_decision", (client_ns as f64 / count) as u64),

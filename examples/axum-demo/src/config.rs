@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, fmt, net::SocketAddr, str::FromStr, time::Duration};
 
-use redlimit::{Algorithm, Ban, ConcurrencyPolicy, FailurePolicy, Policy, PolicySet};
+use redlimit::{Algorithm, Ban, ConcurrencyPolicy, FailurePolicy, Grants, Policy, PolicySet};
 use serde::{Deserialize, Deserializer, de::Error as _};
 use tower_redlimit::{AccessList, ClientIpHeader, HeaderStyle};
 
@@ -177,6 +177,29 @@ impl BanTable {
     }
 }
 
+/// A route's `grants` table, hot-key mode: each instance takes up to `max` units at once from
+/// Redis and spends them in process, each grant living at most `life`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsTable {
+    /// The most units a grant takes beyond its request's cost.
+    pub max: u64,
+    /// The longest a grant is spent, such as `"500ms"`. Defaults to the library's (1 s).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub life: Option<Duration>,
+}
+
+impl GrantsTable {
+    /// The library's grants.
+    pub fn grants(&self) -> Grants {
+        let grants = Grants::up_to(self.max);
+        match self.life {
+            Some(life) => grants.life(life),
+            None => grants,
+        }
+    }
+}
+
 /// The `redis_sentinel` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -336,6 +359,12 @@ pub struct Route {
     /// Bans after repeated denials, such as `{ after = 5, within = "1m", for = "15m", max =
     /// "24h" }`. Defaults to none.
     pub ban: Option<BanTable>,
+    /// Hot-key mode for a limit many requests share (a `global` key, a big tenant): each
+    /// instance takes up to `max` at once from Redis and spends them in process, such as `{ max
+    /// = 500, life = "500ms" }`; applies to the route's `also` limits too. A fixed window never
+    /// admits past its limit; other algorithms at most `instances × max` past it. Only with
+    /// Redis. Defaults to none: every request is checked exactly.
+    pub grants: Option<GrantsTable>,
 }
 
 /// The `count` setting of a route.
@@ -757,6 +786,9 @@ impl Route {
             if let Some(burst) = also.burst {
                 builder = builder.burst(burst);
             }
+            if let Some(grants) = &self.grants {
+                builder = builder.grants(grants.grants());
+            }
             let what = format!("also {}", also.name);
             policies.push(builder.build().map_err(|e| at(&what, &e))?);
         }
@@ -804,6 +836,9 @@ impl Route {
             .overrides(self.overrides);
         if let Some(ban) = &self.ban {
             builder = builder.ban(ban.ban());
+        }
+        if let Some(grants) = &self.grants {
+            builder = builder.grants(grants.grants());
         }
         if let Some(burst) = burst {
             builder = builder.burst(burst);
@@ -984,6 +1019,14 @@ mod tests {
             (
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nban = { after = 3, within = \"1m\", for = \"1h\", max = \"1m\" }"),
                 "ban.max",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 10\nwindow = \"1s\"\ngrants = { max = 0 }"),
+                "grants.max",
+            ),
+            (
+                route("algorithm = \"gcra\"\nlimit = 10\nwindow = \"1s\"\ngrants = { max = 5, life = \"1.5ms\" }"),
+                "life",
             ),
             (
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\nlimits = { gold = { limit = 5 } }"),
