@@ -375,10 +375,14 @@ impl GuardedLimiter {
         decisions
     }
 
-    /// Gives back what is left of `grant` at `end`.
+    /// Gives back what is left of `grant` at `end` (outside a runtime, nothing: the grant
+    /// still ends, and what it held stays counted until its window passes).
     fn end_at(&self, grant: Arc<Grant>, end: Instant) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let this = self.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             tokio::time::sleep_until(end.into()).await;
             let left = grant.end();
             if let Some(taken) = grant.reserved.reserved_cost().filter(|_| left > 0) {
