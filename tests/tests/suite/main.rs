@@ -30,6 +30,7 @@ mod operator_events;
 mod overrides;
 mod parity;
 mod pitfalls;
+mod rls;
 mod round_trips;
 mod secrets;
 mod sentinel;

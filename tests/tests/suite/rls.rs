@@ -1,0 +1,380 @@
+//! The rate limit service over gRPC, with Envoy's own protos (envoy-types' generated client), on
+//! a real Redis: envoyproxy/ratelimit's configuration answers as that service documents.
+
+use std::time::Duration;
+
+use redlimit::{FailurePolicy, Limiter};
+use redlimit_rls::{
+    RlsConfig, RlsService,
+    envoy_types::pb::{
+        envoy::{
+            extensions::common::ratelimit::v3::{
+                RateLimitDescriptor, rate_limit_descriptor::Entry,
+            },
+            service::ratelimit::v3::{
+                RateLimitRequest, RateLimitResponse,
+                rate_limit_response::{Code, DescriptorStatus},
+                rate_limit_service_client::RateLimitServiceClient,
+                rate_limit_service_server::RateLimitServiceServer,
+            },
+        },
+        google::protobuf::UInt64Value,
+    },
+};
+use redlimit_tests::RedisServer;
+use tonic::transport::{Channel, server::TcpIncoming};
+
+/// The configurations of envoyproxy/ratelimit's README, as this suite writes them.
+const EDGE: &str = r#"
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 3
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000
+"#;
+
+const MESSAGING: &str = r#"
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 2
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 3
+  - key: free
+    rate_limit:
+      unlimited: true
+  - key: shadowed
+    shadow_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: wild
+    value: foo*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: shared
+    value: bar*
+    share_threshold: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: api
+    rate_limit:
+      name: per_api
+      unit: minute
+      requests_per_unit: 1
+  - key: api_vip
+    rate_limit:
+      replaces:
+        - name: per_api
+      unit: minute
+      requests_per_unit: 5
+  - key: banned
+    rate_limit:
+      name: banned_limit
+      unit: minute
+      requests_per_unit: 0
+  - key: unbanned
+    rate_limit:
+      replaces:
+        - name: banned_limit
+      unit: minute
+      requests_per_unit: 10
+  - key: window
+    rate_limit:
+      algorithm: sliding_window_log
+      window: 30s
+      requests_per_unit: 2
+"#;
+
+async fn service(server: &RedisServer) -> RateLimitServiceClient<Channel> {
+    let config = RlsConfig::from_files([("edge.yaml", EDGE), ("messaging.yaml", MESSAGING)])
+        .expect("valid configuration");
+    let limiter = Limiter::with_prefix(server.backend(), "rls").expect("prefix");
+    let rls = RlsService::new(
+        limiter,
+        config,
+        FailurePolicy::Closed,
+        Duration::from_secs(10),
+    );
+    // Bound before the client connects: the service is listening once this returns.
+    let incoming = TcpIncoming::bind(([127, 0, 0, 1], 0).into()).expect("a loopback port");
+    let url = format!("http://{}", incoming.local_addr().expect("its address"));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(rls))
+            .serve_with_incoming(incoming),
+    );
+    RateLimitServiceClient::connect(url)
+        .await
+        .expect("the service answers")
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).to_owned(),
+                value: (*value).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> RateLimitResponse {
+    let request = RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    };
+    client
+        .should_rate_limit(request)
+        .await
+        .expect("an answer")
+        .into_inner()
+}
+
+fn code(status: &DescriptorStatus) -> Code {
+    Code::try_from(status.code).expect("a code")
+}
+
+fn overall(response: &RateLimitResponse) -> Code {
+    Code::try_from(response.overall_code).expect("a code")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_descriptor_over_its_limit_is_over_limit_with_its_status() {
+    let server = RedisServer::start();
+    let mut client = service(&server).await;
+    // Per IP, 3 a second; 50.0.0.5, 1,000. A second boundary may fall between the checks, so
+    // the fourth within one second is what is asked for: ask until one is denied.
+    let ip = descriptor(&[("remote_address", "10.0.0.1")]);
+    let mut answers = Vec::new();
+    for _ in 0..40 {
+        let response = ask(&mut client, "edge_proxy_per_ip", vec![ip.clone()]).await;
+        let denied = overall(&response) == Code::OverLimit;
+        answers.push(response);
+        if denied {
+            break;
+        }
+    }
+    let last = answers.last().expect("answers");
+    assert_eq!(overall(last), Code::OverLimit);
+    let status = &last.statuses[0];
+    assert_eq!(code(status), Code::OverLimit);
+    let limit = status.current_limit.as_ref().expect("its limit");
+    assert_eq!((limit.requests_per_unit, limit.unit), (3, 1));
+    assert_eq!(status.limit_remaining, 0);
+    let reset = status.duration_until_reset.as_ref().expect("its reset");
+    assert!(reset.seconds <= 1, "{reset:?}");
+    // Another IP, and the one with a limit of its own, pass.
+    let vip = ask(
+        &mut client,
+        "edge_proxy_per_ip",
+        vec![descriptor(&[("remote_address", "50.0.0.5")])],
+    )
+    .await;
+    assert_eq!(overall(&vip), Code::Ok);
+    assert_eq!(
+        vip.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit),
+        Some(1000)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_descriptors_keys_without_values_and_what_a_denied_request_consumes() {
+    let server = RedisServer::start();
+    let mut client = service(&server).await;
+    let marketing = |to: &str| descriptor(&[("message_type", "marketing"), ("to_number", to)]);
+    let number = |to: &str| descriptor(&[("to_number", to)]);
+    // Marketing to one number: 2 a day; any message to one number: 3 a day; each number its
+    // own counter.
+    for _ in 0..2 {
+        let response = ask(
+            &mut client,
+            "messaging",
+            vec![marketing("123"), number("123")],
+        )
+        .await;
+        assert_eq!(overall(&response), Code::Ok);
+    }
+    let third = ask(
+        &mut client,
+        "messaging",
+        vec![marketing("123"), number("123")],
+    )
+    .await;
+    assert_eq!(overall(&third), Code::OverLimit);
+    assert_eq!(code(&third.statuses[0]), Code::OverLimit);
+    assert_eq!(code(&third.statuses[1]), Code::Ok);
+    // The denied request took nothing from the per-number limit: one left, as after two.
+    assert_eq!(third.statuses[1].limit_remaining, 1);
+    let plain = ask(&mut client, "messaging", vec![number("123")]).await;
+    assert_eq!(
+        (overall(&plain), plain.statuses[0].limit_remaining),
+        (Code::Ok, 0)
+    );
+    let other = ask(&mut client, "messaging", vec![marketing("456")]).await;
+    assert_eq!(overall(&other), Code::Ok);
+    // A descriptor no rule matches is OK with no limit; an unknown domain too.
+    let none = ask(
+        &mut client,
+        "messaging",
+        vec![descriptor(&[("nothing", "x")])],
+    )
+    .await;
+    assert_eq!(overall(&none), Code::Ok);
+    assert!(none.statuses[0].current_limit.is_none());
+    let unknown = ask(&mut client, "nowhere", vec![number("123")]).await;
+    assert_eq!(overall(&unknown), Code::Ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlimited_shadow_wildcards_and_replaces_answer_as_documented() {
+    let server = RedisServer::start();
+    let mut client = service(&server).await;
+    for _ in 0..5 {
+        let free = ask(&mut client, "messaging", vec![descriptor(&[("free", "x")])]).await;
+        assert_eq!(
+            (overall(&free), free.statuses[0].limit_remaining),
+            (Code::Ok, u32::MAX)
+        );
+        // Shadow mode: over its limit of 1 from the second, yet OK.
+        let shadow = ask(
+            &mut client,
+            "messaging",
+            vec![descriptor(&[("shadowed", "x")])],
+        )
+        .await;
+        assert_eq!(overall(&shadow), Code::Ok);
+        assert_eq!(code(&shadow.statuses[0]), Code::Ok);
+    }
+    // A trailing wildcard: each value its own counter; with share_threshold, one for all.
+    for value in ["foo1", "foo2"] {
+        for _ in 0..2 {
+            let wild = ask(
+                &mut client,
+                "messaging",
+                vec![descriptor(&[("wild", value)])],
+            )
+            .await;
+            assert_eq!(overall(&wild), Code::Ok, "{value}");
+        }
+    }
+    let wild = ask(
+        &mut client,
+        "messaging",
+        vec![descriptor(&[("wild", "foo1")])],
+    )
+    .await;
+    assert_eq!(overall(&wild), Code::OverLimit);
+    let not_wild = ask(
+        &mut client,
+        "messaging",
+        vec![descriptor(&[("wild", "fo")])],
+    )
+    .await;
+    assert!(not_wild.statuses[0].current_limit.is_none());
+    for value in ["bar1", "bar2"] {
+        let shared = ask(
+            &mut client,
+            "messaging",
+            vec![descriptor(&[("shared", value)])],
+        )
+        .await;
+        assert_eq!(overall(&shared), Code::Ok, "{value}");
+    }
+    let shared = ask(
+        &mut client,
+        "messaging",
+        vec![descriptor(&[("shared", "bar3")])],
+    )
+    .await;
+    assert_eq!(overall(&shared), Code::OverLimit);
+    // `replaces`: with the VIP limit in the request, the per-API one does not apply.
+    for _ in 0..3 {
+        let both = vec![descriptor(&[("api", "a")]), descriptor(&[("api_vip", "a")])];
+        let response = ask(&mut client, "messaging", both).await;
+        assert_eq!(overall(&response), Code::Ok);
+        assert!(response.statuses[0].current_limit.is_none());
+    }
+    // A limit of 0 denies every request, unless a matching rule replaces it.
+    let banned = ask(
+        &mut client,
+        "messaging",
+        vec![descriptor(&[("banned", "x")])],
+    )
+    .await;
+    assert_eq!(overall(&banned), Code::OverLimit);
+    let limit = banned.statuses[0]
+        .current_limit
+        .as_ref()
+        .map(|l| l.requests_per_unit);
+    assert_eq!(limit, Some(0));
+    let lifted = vec![
+        descriptor(&[("banned", "x")]),
+        descriptor(&[("unbanned", "x")]),
+    ];
+    let lifted = ask(&mut client, "messaging", lifted).await;
+    assert_eq!(overall(&lifted), Code::Ok);
+    let alone = ask(&mut client, "messaging", vec![descriptor(&[("api", "a")])]).await;
+    assert_eq!(overall(&alone), Code::Ok);
+    let again = ask(&mut client, "messaging", vec![descriptor(&[("api", "a")])]).await;
+    assert_eq!(overall(&again), Code::OverLimit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_window_of_30_s_and_a_check_that_consumes_nothing() {
+    let server = RedisServer::start();
+    let mut client = service(&server).await;
+    let window = descriptor(&[("window", "x")]);
+    // A descriptor's hits_addend of 0 checks without consuming.
+    let peek = RateLimitDescriptor {
+        hits_addend: Some(UInt64Value { value: 0 }),
+        ..window.clone()
+    };
+    for _ in 0..3 {
+        let response = ask(&mut client, "messaging", vec![peek.clone()]).await;
+        assert_eq!(
+            (overall(&response), response.statuses[0].limit_remaining),
+            (Code::Ok, 2)
+        );
+    }
+    for left in [1, 0] {
+        let response = ask(&mut client, "messaging", vec![window.clone()]).await;
+        assert_eq!(
+            (overall(&response), response.statuses[0].limit_remaining),
+            (Code::Ok, left)
+        );
+    }
+    let denied = ask(&mut client, "messaging", vec![window.clone()]).await;
+    assert_eq!(overall(&denied), Code::OverLimit);
+    let reset = denied.statuses[0]
+        .duration_until_reset
+        .as_ref()
+        .expect("a reset");
+    assert!((1..=30).contains(&reset.seconds), "{reset:?}");
+}
