@@ -102,15 +102,19 @@ descriptors:
 "#;
 
 async fn service(server: &RedisServer) -> RateLimitServiceClient<Channel> {
+    let limiter = Limiter::with_prefix(server.backend(), "rls").expect("prefix");
+    serve(limiter, FailurePolicy::Closed, Duration::from_secs(10)).await
+}
+
+/// The service of this suite's configuration on `limiter`, over gRPC.
+async fn serve(
+    limiter: Limiter,
+    failure: FailurePolicy,
+    budget: Duration,
+) -> RateLimitServiceClient<Channel> {
     let config = RlsConfig::from_files([("edge.yaml", EDGE), ("messaging.yaml", MESSAGING)])
         .expect("valid configuration");
-    let limiter = Limiter::with_prefix(server.backend(), "rls").expect("prefix");
-    let rls = RlsService::new(
-        limiter,
-        config,
-        FailurePolicy::Closed,
-        Duration::from_secs(10),
-    );
+    let rls = RlsService::new(limiter, config, failure, budget);
     // Bound before the client connects: the service is listening once this returns.
     let incoming = TcpIncoming::bind(([127, 0, 0, 1], 0).into()).expect("a loopback port");
     let url = format!("http://{}", incoming.local_addr().expect("its address"));
@@ -377,4 +381,43 @@ async fn a_sliding_window_of_30_s_and_a_check_that_consumes_nothing() {
         .as_ref()
         .expect("a reset");
     assert!((1..=30).contains(&reset.seconds), "{reset:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stopped_the_failure_policy_answers_and_redis_decides_again_once_back() {
+    let port = redlimit_tests::free_port();
+    let mut server = RedisServer::start_on_port(port);
+    let backend = redlimit::RedisBackend::builder(server.url())
+        .budget(Duration::from_millis(200))
+        .build()
+        .expect("a valid url");
+    let limiter = Limiter::with_prefix(backend, "rls").expect("prefix");
+    let mut client = serve(limiter, FailurePolicy::Open, Duration::from_millis(200)).await;
+    let api = || vec![descriptor(&[("api", "down")])];
+    assert_eq!(
+        overall(&ask(&mut client, "messaging", api()).await),
+        Code::Ok
+    );
+    assert_eq!(
+        overall(&ask(&mut client, "messaging", api()).await),
+        Code::OverLimit
+    );
+    server.kill();
+    // Open: every call answered, OK, however often it is asked.
+    for _ in 0..20 {
+        let response = ask(&mut client, "messaging", api()).await;
+        assert_eq!(overall(&response), Code::Ok);
+    }
+    // Back, empty: the first request passes and a later one is Redis's denial again, once the
+    // circuit lets checks through (after its cooldown; asked for up to a minute).
+    let _server = RedisServer::start_on_port(port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut denied = false;
+    while !denied && std::time::Instant::now() < deadline {
+        denied = overall(&ask(&mut client, "messaging", api()).await) == Code::OverLimit;
+        if !denied {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert!(denied, "Redis decides again once it is back");
 }
