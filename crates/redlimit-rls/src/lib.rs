@@ -38,7 +38,13 @@
 //! # Ok::<(), redlimit_rls::ConfigError>(())
 //! ```
 //!
-//! The `redlimit-rls` binary serves it: `redlimit-rls --config DIR [--redis URL]`.
+//! The `redlimit-rls` binary serves it: `redlimit-rls --config DIR [--redis URL]`; the
+//! [guide] shows Envoy's side.
+
+/// Envoy in front, redlimit behind: starting the service, Envoy's filter and actions, the
+/// configuration's fields.
+#[doc = include_str!("docs/guide.md")]
+pub mod guide {}
 
 mod config;
 mod service;
