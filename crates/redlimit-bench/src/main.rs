@@ -14,6 +14,7 @@ mod instructions;
 mod memory_table;
 mod process_cpu;
 mod report;
+mod rls;
 mod saturate;
 mod saturation;
 
@@ -24,7 +25,7 @@ use saturation::Keys;
 
 const USAGE: &str =
     "usage: redlimit-bench [--mode all|decisions|saturation|saturate|http|flood|memory|accuracy|
-  instructions|hot-key] [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R]
+  instructions|hot-key|rls] [--redis URL] [--decisions N] [--concurrency C] [--keys K] [--rounds R]
   [--workers W] [--chart PATH] [--only NAME,NAME]
 accuracy (not part of all) needs no Redis and draws its SVG to PATH (docs/accuracy.svg);
 instructions (not part of all) runs a redis-server of its own under valgrind's callgrind;
@@ -97,6 +98,7 @@ impl Settings {
             "accuracy",
             "instructions",
             "hot-key",
+            "rls",
         ]
         .contains(&settings.mode.as_str())
         {
@@ -229,6 +231,15 @@ fn main() -> ExitCode {
             settings.concurrency, settings.rounds
         );
         report::print(&title, &rows, "fixed_window_anchored");
+    }
+    if settings.runs("rls") {
+        let rows = load.block_on(rls::run(&url, &settings, server.handle().clone()));
+        report::print(
+            "rls (ShouldRateLimit over gRPC on loopback, one and three descriptors, beside a \
+             guard's same checks in process)",
+            &rows,
+            "guard_one",
+        );
     }
     if settings.runs("flood") {
         let rows = load.block_on(flood::run(&url, &settings));

@@ -232,7 +232,12 @@ impl RlsService {
             };
             let guard = self.guard(&matched);
             let keys: Vec<&str> = matched.iter().map(|m| m.client.as_str()).collect();
-            let check = guard.check("").keys(&keys).cost(*cost);
+            // One rule is its client's check: the lean script, and the guard's block cache.
+            let check = match keys[..] {
+                [client] => guard.check(client),
+                _ => guard.check("").keys(&keys),
+            };
+            let check = check.cost(*cost);
             let decisions = if reserve {
                 check.reserve().await
             } else {
