@@ -48,10 +48,12 @@ pub mod guide {}
 
 mod config;
 mod service;
+mod watch;
 
 pub use self::{
     config::{ConfigError, RlsConfig},
     service::RlsService,
+    watch::watch,
 };
 /// Envoy's protos, as this crate serves them.
 pub use envoy_types;

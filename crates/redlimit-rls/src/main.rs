@@ -1,12 +1,8 @@
 //! `redlimit-rls`: Envoy's global rate limit service on redlimit.
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    process::ExitCode,
-    time::{Duration, SystemTime},
-};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
+use metrics_exporter_prometheus::PrometheusBuilder;
 use redlimit::{FailurePolicy, Limiter, MemoryBackend, RedisBackend, redacted_url};
 use redlimit_rls::{
     RlsConfig, RlsService,
@@ -14,20 +10,19 @@ use redlimit_rls::{
 };
 
 const USAGE: &str = "usage: redlimit-rls --config DIR [--redis URL] [--listen ADDR] \
-[--failure open|closed|local] [--budget DURATION]
+[--metrics ADDR] [--failure open|closed|local] [--budget DURATION]
   --config   a folder of envoyproxy/ratelimit YAML files (*.yaml, *.yml), reloaded when they change
   --redis    redis:// or rediss:// URL; without it, an in-memory limiter of this process alone
-  --listen   the gRPC address; defaults to 127.0.0.1:8081
+  --listen   the gRPC address (ShouldRateLimit, and grpc.health.v1); defaults to 127.0.0.1:8081
+  --metrics  an address serving GET /metrics in Prometheus's text format; defaults to none
   --failure  how a check is answered when Redis does not answer in time; defaults to open
   --budget   how long a check may wait for Redis, such as 20ms; defaults to 20ms";
-
-/// How often the configuration folder is looked at.
-const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 struct Args {
     config: PathBuf,
     redis: Option<String>,
     listen: SocketAddr,
+    metrics: Option<SocketAddr>,
     failure: FailurePolicy,
     budget: Duration,
 }
@@ -37,6 +32,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         config: PathBuf::new(),
         redis: None,
         listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+        metrics: None,
         failure: FailurePolicy::Open,
         budget: Duration::from_millis(20),
     };
@@ -51,6 +47,12 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 parsed.listen = value
                     .parse()
                     .map_err(|e| format!("--listen: {value:?}: {e}"))?;
+            }
+            "--metrics" => {
+                let address = value
+                    .parse()
+                    .map_err(|e| format!("--metrics: {value:?}: {e}"))?;
+                parsed.metrics = Some(address);
             }
             "--failure" => {
                 parsed.failure = match value.as_str() {
@@ -89,6 +91,21 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> ExitCode {
+    // The recorder first: each rule registers its counters when the configuration loads.
+    if let Some(address) = args.metrics
+        && let Err(message) = metrics(address).await
+    {
+        eprintln!("redlimit-rls: --metrics {address}: {message}");
+        return ExitCode::from(1);
+    }
     let config = match RlsConfig::load_dir(&args.config) {
         Ok(config) => config,
         Err(error) => {
@@ -96,14 +113,6 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    runtime.block_on(serve(args, config))
-}
-
-async fn serve(args: Args, config: RlsConfig) -> ExitCode {
     let limiter = match &args.redis {
         Some(url) => match RedisBackend::builder(url.as_str()).build() {
             Ok(redis) => Limiter::new(redis),
@@ -121,12 +130,15 @@ async fn serve(args: Args, config: RlsConfig) -> ExitCode {
         "redlimit-rls serving"
     );
     let service = RlsService::new(limiter, config, args.failure, args.budget);
-    tokio::spawn(reload(args.config.clone(), service.clone()));
+    tokio::spawn(redlimit_rls::watch(args.config.clone(), service.clone()));
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<RateLimitServiceServer<RlsService>>()
+        .await;
     let served = tonic::transport::Server::builder()
+        .add_service(health_service)
         .add_service(RateLimitServiceServer::new(service))
-        .serve_with_shutdown(args.listen, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .serve_with_shutdown(args.listen, stopped())
         .await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -137,40 +149,47 @@ async fn serve(args: Args, config: RlsConfig) -> ExitCode {
     }
 }
 
-/// Reloads the configuration whenever a file in `dir` changes; a configuration that does not
-/// load leaves the last good one in force, and says why.
-async fn reload(dir: PathBuf, service: RlsService) {
-    let mut seen = stamp(&dir);
-    loop {
-        tokio::time::sleep(RELOAD_EVERY).await;
-        let now = stamp(&dir);
-        if now == seen {
-            continue;
-        }
-        seen = now;
-        match RlsConfig::load_dir(&dir) {
-            Ok(config) => {
-                tracing::info!(rules = config.rules(), "configuration reloaded");
-                service.reload(config);
+/// Resolves on SIGINT or SIGTERM: calls under way are answered, new ones refused.
+async fn stopped() {
+    let terminated = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
             }
-            Err(error) => {
-                tracing::warn!(%error, "configuration not reloaded; the last good one stays");
-            }
+            Err(_) => std::future::pending().await,
         }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated => {}
     }
+    tracing::info!("stopping: answering the calls under way");
 }
 
-/// The names, sizes and times of the files in `dir`: what a change changes.
-fn stamp(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let meta = entry.metadata().ok()?;
-            Some((entry.path(), meta.len(), meta.modified().ok()))
-        })
-        .collect();
-    files.sort();
-    files
+/// Installs the Prometheus recorder (before any rule registers its counters) and serves it at
+/// `address`.
+async fn metrics(address: SocketAddr) -> Result<(), String> {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let upkeep = handle.clone();
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || std::future::ready(handle.render())),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    // Histograms keep samples until upkeep folds them in.
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(())
 }

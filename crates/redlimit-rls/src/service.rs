@@ -21,7 +21,7 @@ use envoy_types::pb::{
 use redlimit::{Decision, Decisions, FailurePolicy, GuardedLimiter, Limiter, PolicySet};
 use tonic::{Request, Response, Status};
 
-use crate::config::{Limit, Matched, RlsConfig, Rule};
+use crate::config::{ConfigError, Limit, Matched, RlsConfig, Rule};
 
 /// The most distinct sets of rules a service keeps a guard for; past it, a set's guard is
 /// built for its request and dropped.
@@ -41,6 +41,8 @@ struct Inner {
     failure: FailurePolicy,
     budget: Duration,
     config: RwLock<Arc<RlsConfig>>,
+    /// Why the last configuration that failed to load did, until one loads.
+    failed: Mutex<Option<ConfigError>>,
     /// Guards by the ids of their rules, in order; emptied when the configuration changes.
     guards: Mutex<HashMap<Vec<u64>, GuardedLimiter>>,
 }
@@ -51,8 +53,8 @@ enum Plan {
     Unmatched,
     /// An `unlimited` rule matches.
     Unlimited,
-    /// A rule of `requests_per_unit: 0` matches: over the limit, with no check.
-    Nothing(Matched),
+    /// A rule of `requests_per_unit: 0` matches: over the limit at this cost, with no check.
+    Nothing(Matched, u64),
     /// A rule to check, under a client key, at a cost.
     Check(Matched, u64),
 }
@@ -72,20 +74,41 @@ impl RlsService {
                 failure,
                 budget,
                 config: RwLock::new(Arc::new(config)),
+                failed: Mutex::default(),
                 guards: Mutex::default(),
             }),
         }
     }
 
-    /// Puts `config` in force for the requests that begin from now on.
-    pub fn reload(&self, config: RlsConfig) {
+    /// Puts `config` in force for the requests that begin from now on, or, given why a
+    /// configuration failed to load, keeps the one in force and remembers why (see
+    /// [`failed`](Self::failed)).
+    pub fn reload(&self, config: Result<RlsConfig, ConfigError>) {
         let inner = &*self.inner;
+        let config = match config {
+            Ok(config) => config,
+            Err(error) => {
+                *inner.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
+                return;
+            }
+        };
+        *inner.failed.lock().unwrap_or_else(PoisonError::into_inner) = None;
         *inner.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
         inner
             .guards
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+
+    /// Why the last configuration that failed to load did, while no later one has loaded.
+    pub fn failed(&self) -> Option<ConfigError> {
+        let failed = self
+            .inner
+            .failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        failed.clone()
     }
 
     fn config(&self) -> Arc<RlsConfig> {
@@ -176,7 +199,7 @@ fn plans(config: &RlsConfig, request: &RateLimitRequest, hits: u64) -> Vec<Plan>
             }
             Some(m) => match m.rule.limit {
                 Limit::Unlimited => Plan::Unlimited,
-                Limit::Nothing => Plan::Nothing(m),
+                Limit::Nothing => Plan::Nothing(m, cost(descriptor, hits)),
                 Limit::Policy(_) => Plan::Check(m, cost(descriptor, hits)),
             },
         })
@@ -194,7 +217,7 @@ fn cost(descriptor: &RateLimitDescriptor, hits: u64) -> u64 {
 fn over(plans: &[Plan], denied: &[bool]) -> bool {
     let (mut quota, mut quota_denied) = (0, 0);
     for (plan, &denied) in plans.iter().zip(denied) {
-        let (Plan::Check(m, _) | Plan::Nothing(m)) = plan else {
+        let (Plan::Check(m, _) | Plan::Nothing(m, _)) = plan else {
             continue;
         };
         if m.rule.shadow {
@@ -254,7 +277,7 @@ impl RlsService {
             .iter()
             .zip(&decided)
             .map(|(plan, d)| {
-                matches!(plan, Plan::Nothing(_)) || d.as_ref().is_some_and(|d| !d.allowed)
+                matches!(plan, Plan::Nothing(..)) || d.as_ref().is_some_and(|d| !d.allowed)
             })
             .collect();
         let over = over(plans, &denied);
@@ -263,6 +286,9 @@ impl RlsService {
             for (guard, decisions) in &taken {
                 guard.settle(decisions, 0).await;
             }
+        }
+        for ((plan, decision), &denied) in plans.iter().zip(&decided).zip(&denied) {
+            count(plan, decision.as_ref(), denied);
         }
         let statuses = plans
             .iter()
@@ -304,7 +330,7 @@ fn groups(plans: &[Plan]) -> Vec<Vec<usize>> {
 /// A descriptor's status: OK without a limit when no rule (or an unlimited one) applies, else
 /// its rule's limit and its decision (a shadow rule's denial answered OK).
 fn status(plan: &Plan, decision: Option<&Decision>) -> DescriptorStatus {
-    if let Plan::Nothing(m) = plan {
+    if let Plan::Nothing(m, _) = plan {
         let rule = &m.rule;
         return DescriptorStatus {
             code: if rule.shadow {
@@ -349,5 +375,19 @@ fn limit_of(rule: &Rule) -> RateLimit {
         name: rule.name.clone(),
         requests_per_unit: rule.requests_per_unit,
         unit: rule.unit,
+    }
+}
+
+/// Counts a descriptor's hits in its rule's stats.
+fn count(plan: &Plan, decision: Option<&Decision>, denied: bool) {
+    match (plan, decision) {
+        (Plan::Check(m, cost), Some(decision)) => {
+            let rule = &m.rule;
+            let (remaining, limit) = (decision.remaining, decision.limit);
+            rule.stats
+                .count(*cost, denied, rule.shadow, remaining, limit);
+        }
+        (Plan::Nothing(m, cost), _) => m.rule.stats.count(*cost, true, m.rule.shadow, 0, 0),
+        _ => {}
     }
 }

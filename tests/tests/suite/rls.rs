@@ -422,3 +422,140 @@ async fn with_redis_stopped_the_failure_policy_answers_and_redis_decides_again_o
     }
     assert!(denied, "Redis decides again once it is back");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_rule_counts_its_hits_under_envoyproxy_ratelimits_stat_names() {
+    use redlimit_rls::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+
+    use crate::observability::{recorded, value, values};
+
+    let server = RedisServer::start();
+    let yaml = "
+domain: stats
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+  - key: trial
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+    let (config, snapshotter) =
+        recorded(|| RlsConfig::from_files([("stats.yaml", yaml)]).expect("valid"));
+    let limiter = Limiter::with_prefix(server.backend(), "stats").expect("prefix");
+    let rls = RlsService::new(
+        limiter,
+        config,
+        FailurePolicy::Closed,
+        Duration::from_secs(10),
+    );
+    let ask = |key: &str| RateLimitRequest {
+        domain: "stats".to_owned(),
+        descriptors: vec![descriptor(&[(key, "a")])],
+        hits_addend: 0,
+    };
+    for _ in 0..3 {
+        rls.should_rate_limit(tonic::Request::new(ask("user")))
+            .await
+            .expect("an answer");
+    }
+    for _ in 0..2 {
+        let answer = rls
+            .should_rate_limit(tonic::Request::new(ask("trial")))
+            .await;
+        assert_eq!(
+            answer.expect("an answer").into_inner().overall_code,
+            Code::Ok as i32
+        );
+    }
+    let all = values(&snapshotter);
+    let stat = |name: &str, key1: &str| {
+        let labels = [("domain", "stats"), ("key1", key1), ("key2", "")];
+        value(
+            &all,
+            &format!("ratelimit_service_rate_limit_{name}"),
+            &labels,
+        )
+    };
+    let user: Vec<f64> = [
+        "total_hits",
+        "within_limit",
+        "near_limit",
+        "over_limit",
+        "shadow_mode",
+    ]
+    .iter()
+    .map(|name| stat(name, "user"))
+    .collect();
+    assert_eq!(user, [3.0, 2.0, 1.0, 1.0, 0.0]);
+    let trial: Vec<f64> = ["total_hits", "within_limit", "over_limit", "shadow_mode"]
+        .iter()
+        .map(|name| stat(name, "trial"))
+        .collect();
+    assert_eq!(trial, [2.0, 1.0, 1.0, 1.0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
+    use redlimit_rls::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+
+    let server = RedisServer::start();
+    let dir = std::env::temp_dir().join(format!("rls-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let limit = |n: u64| {
+        format!(
+            "domain: w\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: minute, requests_per_unit: {n} }}\n"
+        )
+    };
+    std::fs::write(dir.join("w.yaml"), limit(5)).expect("written");
+    let config = RlsConfig::load_dir(&dir).expect("valid");
+    let limiter = Limiter::with_prefix(server.backend(), "watch").expect("prefix");
+    let rls = RlsService::new(
+        limiter,
+        config,
+        FailurePolicy::Closed,
+        Duration::from_secs(10),
+    );
+    tokio::spawn(redlimit_rls::watch(dir.clone(), rls.clone()));
+    let limit_now = || async {
+        let request = RateLimitRequest {
+            domain: "w".to_owned(),
+            descriptors: vec![descriptor(&[("k", "a")])],
+            hits_addend: 0,
+        };
+        let answer = rls.should_rate_limit(tonic::Request::new(request)).await;
+        let statuses = answer.expect("an answer").into_inner().statuses;
+        statuses[0]
+            .current_limit
+            .as_ref()
+            .map_or(0, |l| l.requests_per_unit)
+    };
+    assert_eq!(limit_now().await, 5);
+    // Waits (a minute at most) for the limit the folder's files give.
+    let until = |want: u32| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut now = limit_now().await;
+        while now != want && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            now = limit_now().await;
+        }
+        now
+    };
+    // A bad file beside it: nothing reloads, then a good change does.
+    std::fs::write(dir.join("x.yaml"), "domain: ''").expect("written");
+    std::fs::write(dir.join("w.yaml"), limit(7)).expect("written");
+    std::fs::remove_file(dir.join("x.yaml")).expect("removed");
+    assert_eq!(until(7).await, 7);
+    std::fs::write(dir.join("w.yaml"), "domain: w\ndescriptors: [oops").expect("written");
+    // The broken file is read, found wanting, and 7 stays in force; once mended, 9 comes in.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while rls.failed().is_none() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let failed = rls.failed().expect("the broken file was read").to_string();
+    assert!(failed.contains("w.yaml"), "{failed}");
+    assert_eq!(limit_now().await, 7);
+    std::fs::write(dir.join("w.yaml"), limit(9)).expect("written");
+    assert_eq!(until(9).await, 9);
+    assert!(rls.failed().is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}

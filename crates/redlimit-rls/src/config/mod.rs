@@ -2,6 +2,7 @@
 //! descriptors, read into rules (each a redlimit [`Policy`]) and the tree a request's
 //! descriptors are matched against.
 
+mod stats;
 mod tree;
 mod yaml;
 
@@ -18,7 +19,7 @@ use std::{
 
 use redlimit::{Algorithm, Policy};
 
-pub(crate) use self::tree::Matched;
+pub(crate) use self::{stats::RuleStats, tree::Matched};
 use self::{
     tree::Node,
     yaml::{YamlDescriptor, YamlRateLimit, YamlRoot},
@@ -71,6 +72,8 @@ pub(crate) struct Rule {
     pub(crate) shadow: bool,
     /// A denial denies the request only if every quota-mode descriptor of it is denied.
     pub(crate) quota: bool,
+    /// Its counters, under envoyproxy/ratelimit's names.
+    pub(crate) stats: RuleStats,
 }
 
 /// What a rule allows.
@@ -238,6 +241,7 @@ fn rule(here: &str, descriptor: &YamlDescriptor, limit: &YamlRateLimit) -> Resul
         replaces,
         shadow: descriptor.shadow_mode,
         quota: descriptor.quota_mode,
+        stats: RuleStats::new(here),
     };
     if limit.unlimited {
         if unit.is_some() || limit.requests_per_unit.is_some() {
