@@ -180,7 +180,12 @@ fn plans(config: &RlsConfig, request: &RateLimitRequest, hits: u64) -> Vec<Plan>
         .iter()
         .map(|d| {
             let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
-            config.matched(&request.domain, entries)
+            // A descriptor's own limit, as Envoy's config may give it, before its tree's.
+            let named = d.limit.as_ref().and_then(|limit| {
+                let numbers = (limit.requests_per_unit, limit.unit);
+                config.named(&request.domain, numbers, entries.clone())
+            });
+            named.or_else(|| config.matched(&request.domain, entries))
         })
         .collect();
     let replaced: HashSet<String> = matched

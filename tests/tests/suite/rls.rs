@@ -9,7 +9,8 @@ use redlimit_rls::{
     envoy_types::pb::{
         envoy::{
             extensions::common::ratelimit::v3::{
-                RateLimitDescriptor, rate_limit_descriptor::Entry,
+                RateLimitDescriptor,
+                rate_limit_descriptor::{Entry, RateLimitOverride},
             },
             service::ratelimit::v3::{
                 RateLimitRequest, RateLimitResponse,
@@ -344,6 +345,23 @@ async fn unlimited_shadow_wildcards_and_replaces_answer_as_documented() {
     ];
     let lifted = ask(&mut client, "messaging", lifted).await;
     assert_eq!(overall(&lifted), Code::Ok);
+    // A descriptor's own limit (Envoy's `limit` override) applies before its tree's.
+    let own = RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit: 2,
+            unit: 2,
+        }),
+        ..descriptor(&[("nothing", "y")])
+    };
+    for code in [Code::Ok, Code::Ok, Code::OverLimit] {
+        let response = ask(&mut client, "messaging", vec![own.clone()]).await;
+        assert_eq!(overall(&response), code);
+        let limit = response.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| (l.requests_per_unit, l.unit));
+        assert_eq!(limit, Some((2, 2)));
+    }
     let alone = ask(&mut client, "messaging", vec![descriptor(&[("api", "a")])]).await;
     assert_eq!(overall(&alone), Code::Ok);
     let again = ask(&mut client, "messaging", vec![descriptor(&[("api", "a")])]).await;

@@ -11,7 +11,7 @@ use std::{
     fmt,
     path::Path,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -92,7 +92,14 @@ pub(crate) enum Limit {
 pub struct RlsConfig {
     domains: HashMap<String, Node>,
     rules: Vec<Arc<Rule>>,
+    /// The rules of limits requests name themselves (a descriptor's `limit`), by domain and
+    /// numbers: each built once.
+    overrides: Mutex<HashMap<(String, u32, i32), Arc<Rule>>>,
 }
+
+/// The most distinct limits named by requests that a configuration keeps rules for; past it, a
+/// descriptor's own limit is ignored (its tree's rule applies).
+const MAX_OVERRIDES: usize = 1_024;
 
 impl RlsConfig {
     /// Reads every `.yaml` and `.yml` file in `dir`, in name order.
@@ -195,6 +202,58 @@ impl RlsConfig {
         entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
     ) -> Option<Matched> {
         self.domains.get(domain)?.matched(entries)
+    }
+
+    /// The rule of the limit `requests_per_unit` per `unit` (Envoy's unit number) that a
+    /// descriptor of `domain` names itself, and its entries' client key; `None` for an unknown
+    /// domain or unit, or past [`MAX_OVERRIDES`].
+    pub(crate) fn named<'a>(
+        &self,
+        domain: &str,
+        (requests_per_unit, unit): (u32, i32),
+        entries: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Option<Matched> {
+        if !self.domains.contains_key(domain) {
+            return None;
+        }
+        let (name, _, seconds) = UNITS.iter().find(|(_, number, _)| *number == unit)?;
+        let mut overrides = self
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (domain.to_owned(), requests_per_unit, unit);
+        let rule = match overrides.get(&key) {
+            Some(rule) => Arc::clone(rule),
+            None if overrides.len() >= MAX_OVERRIDES => return None,
+            None => {
+                let path = format!("{domain}.limit_{requests_per_unit}_per_{name}");
+                let limit = Policy::builder(policy_name(&path), Algorithm::FixedWindow)
+                    .limit(u64::from(requests_per_unit))
+                    .window(Duration::from_secs(*seconds))
+                    .build()
+                    .map_or(Limit::Nothing, Limit::Policy);
+                let rule = Arc::new(Rule {
+                    id: next_rule_id(),
+                    limit,
+                    requests_per_unit,
+                    unit,
+                    name: String::new(),
+                    replaces: Vec::new(),
+                    shadow: false,
+                    quota: false,
+                    stats: RuleStats::new(&path),
+                });
+                overrides.insert(key, Arc::clone(&rule));
+                rule
+            }
+        };
+        let client: Vec<String> = entries
+            .map(|(key, value)| format!("{key}_{value}"))
+            .collect();
+        Some(Matched {
+            rule,
+            client: client.join("."),
+        })
     }
 
     /// How many rules the configuration holds.
