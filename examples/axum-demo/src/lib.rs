@@ -2,7 +2,6 @@
 //!
 //! `app` builds the router, so tests can drive it without a socket.
 
-pub mod cli;
 pub mod config;
 mod metrics;
 mod reload;

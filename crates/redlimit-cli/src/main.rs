@@ -1,9 +1,18 @@
-//! `redlimit`: inspect, reset, check, top and suggest against the Redis of a demo
-//! configuration; see `redlimit --help`.
+//! `redlimit`: an operator's tool against the Redis an application's limits live in. It reads
+//! and resets clients' state, lists the busiest clients, and suggests limits from live traffic;
+//! see `redlimit --help`.
 
 use std::process::ExitCode;
 
-use axum_demo::cli::{Args, USAGE, run};
+mod args;
+mod commands;
+mod distribution;
+mod other_numbers;
+
+use self::{
+    args::Args,
+    commands::{USAGE, run},
+};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {

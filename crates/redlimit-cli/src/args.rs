@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 /// What `redlimit` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
+pub(crate) enum Command {
     /// Show one client's state on one route, consuming nothing.
     Inspect,
     /// Delete one client's state on one route.
@@ -23,12 +23,12 @@ pub enum Command {
 
 /// The parsed command line.
 #[derive(Debug, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     /// The command.
-    pub command: Command,
+    pub(crate) command: Command,
     flags: HashMap<&'static str, String>,
     /// `--json`.
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// Flags that take a value, and which commands take them.
@@ -53,7 +53,7 @@ impl Args {
     ///
     /// # Errors
     /// A message naming the unknown command or flag, or the missing value.
-    pub fn parse(args: &[String]) -> Result<Self, String> {
+    pub(crate) fn parse(args: &[String]) -> Result<Self, String> {
         let (command, rest) = args.split_first().ok_or("a command is needed")?;
         let command = match command.as_str() {
             "inspect" => Command::Inspect,
@@ -122,7 +122,7 @@ impl Args {
     }
 
     /// The value of `flag`, if given.
-    pub fn flag(&self, flag: &str) -> Option<&str> {
+    pub(crate) fn flag(&self, flag: &str) -> Option<&str> {
         self.flags.get(flag).map(String::as_str)
     }
 
@@ -130,7 +130,7 @@ impl Args {
     ///
     /// # Errors
     /// A value that is not such a number.
-    pub fn number<T: std::str::FromStr>(&self, flag: &str, default: T) -> Result<T, String> {
+    pub(crate) fn number<T: std::str::FromStr>(&self, flag: &str, default: T) -> Result<T, String> {
         self.flag(flag).map_or(Ok(default), |value| {
             value
                 .parse()

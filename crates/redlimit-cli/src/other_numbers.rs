@@ -1,7 +1,7 @@
 //! A hint for a policy named on the command line whose algorithm and window match no state:
 //! the ones its name's keys do have. (A limit or burst names no key: state is read under any.)
 
-use redlimit::{Limiter, Policy, deadpool_redis::redis};
+use redlimit_core::{Limiter, Policy, deadpool_redis::redis};
 
 /// At most this many `SCAN` calls (of 1,000 keys each) look for keys of another window.
 const SCAN_CALLS: usize = 100;

@@ -136,7 +136,7 @@ async fn top_on_100_000_keys_takes_a_bounded_number_of_scans_and_no_keys() {
     let server = RedisServer::start();
     let (file, config) = on_server(&server, 100);
     let limiter = axum_demo::limiter(&config).expect("a limiter");
-    let policy = redlimit::PolicySet::from(config.routes[0].policy().expect("a policy"));
+    let policy = redlimit_core::PolicySet::from(config.routes[0].policy().expect("a policy"));
     // 100,000 clients; "hot-N" has used N of its 100.
     let mut tasks = tokio::task::JoinSet::new();
     for part in 0..50_u64 {
@@ -438,12 +438,12 @@ async fn a_reset_lifts_a_client_blocked_at_both_instances_within_milliseconds_of
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     let server = RedisServer::start();
-    let login = redlimit::Policy::builder("login", redlimit::Algorithm::FixedWindowAnchored)
+    let login = redlimit_core::Policy::builder("login", redlimit_core::Algorithm::FixedWindowAnchored)
         .limit(5)
         .window(std::time::Duration::from_secs(900))
         .build()
         .expect("a policy");
-    let limiter = redlimit::Limiter::with_prefix(server.backend(), "shop").expect("prefix");
+    let limiter = redlimit_core::Limiter::with_prefix(server.backend(), "shop").expect("prefix");
     for _ in 0..2 {
         let checked = limiter.check(&login.clone().into(), "alice").await;
         assert!(checked.expect("a check")[0].allowed);

@@ -4,9 +4,9 @@ use serde::Serialize;
 
 /// The distribution of per-client usage in one route's live keys.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Distribution {
+pub(crate) struct Distribution {
     /// Clients with live state.
-    pub clients: usize,
+    pub(crate) clients: usize,
     /// Median usage per window.
     pub p50: u64,
     /// 90th percentile.
@@ -14,17 +14,17 @@ pub struct Distribution {
     /// 99th percentile.
     pub p99: u64,
     /// The busiest client's usage.
-    pub max: u64,
+    pub(crate) max: u64,
     /// The share of clients a request would be denied for right now.
-    pub limited_share: f64,
+    pub(crate) limited_share: f64,
     /// `p99 × headroom`, rounded up: a limit that the busiest 1% of clients would just reach.
-    pub suggested_limit: u64,
+    pub(crate) suggested_limit: u64,
 }
 
 impl Distribution {
     /// Summarizes `used` (one value per client), of which `limited` are at their limit;
     /// `None` for no client.
-    pub fn of(mut used: Vec<u64>, limited: usize, headroom: f64) -> Option<Self> {
+    pub(crate) fn of(mut used: Vec<u64>, limited: usize, headroom: f64) -> Option<Self> {
         if used.is_empty() {
             return None;
         }

@@ -1,27 +1,25 @@
-//! `redlimit`: an operator's tool against the Redis a demo configuration points at. It reads
-//! and resets clients' state, lists the busiest clients, and suggests limits from live
-//! traffic; `suggest` is advice and changes nothing.
-
-mod args;
-mod distribution;
-mod other_numbers;
+//! The commands: each reads or changes the state of the clients of one policy, found by a
+//! demo configuration's route or a policy named on the command line; `suggest` is advice and
+//! changes nothing.
 
 use std::{fmt::Write as _, time::Duration};
 
-use redlimit::{Inspection, Limiter, Override, Policy, PolicySet, RetryAfter};
+use redlimit_core::{Inspection, Limiter, Override, Policy, PolicySet, RetryAfter};
 use serde::Serialize;
 
-pub use self::{
-    args::{Args, Command},
-    distribution::Distribution,
-};
-use crate::{
+use axum_demo::{
     Config,
     config::{RedisUrl, Route, Store},
 };
 
+use crate::{
+    args::{Args, Command},
+    distribution::Distribution,
+    other_numbers,
+};
+
 /// `redlimit --help`.
-pub const USAGE: &str = "usage:
+pub(crate) const USAGE: &str = "usage:
   redlimit COMMAND --policy NAME:ALGORITHM:LIMIT/WINDOW[:BURST] --redis URL [--prefix P] ...
                   (any application's keys: no file; --route is not needed)
   redlimit inspect --config FILE --route PATH --client KEY [--redis URL]
@@ -46,11 +44,11 @@ read by every instance at its next check; clear-override ends it.";
 /// Why the tool stopped: its message and exit status (2: the command line or the file, 1:
 /// Redis).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// What went wrong.
-    pub message: String,
+    pub(crate) message: String,
     /// The exit status.
-    pub status: u8,
+    pub(crate) status: u8,
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -60,7 +58,7 @@ fn usage(message: impl Into<String>) -> Failure {
     }
 }
 
-fn redis(error: &redlimit::Error) -> Failure {
+fn redis(error: &redlimit_core::Error) -> Failure {
     Failure {
         message: format!("redis: {error}"),
         status: 1,
@@ -74,9 +72,9 @@ const BUDGET: Duration = Duration::from_secs(5);
 ///
 /// # Errors
 /// A bad command line or file (status 2), or a failing Redis (status 1).
-pub async fn run(args: &Args) -> Result<String, Failure> {
+pub(crate) async fn run(args: &Args) -> Result<String, Failure> {
     let config = config(args)?;
-    let limiter = crate::limiter(&config).map_err(|e| usage(e.to_string()))?;
+    let limiter = axum_demo::limiter(&config).map_err(|e| usage(e.to_string()))?;
     if args.command == Command::Suggest {
         return suggest(args, &config, &limiter).await;
     }
@@ -161,8 +159,8 @@ pub async fn run(args: &Args) -> Result<String, Failure> {
 }
 
 /// A bad request (status 2) or a failing Redis (status 1).
-fn failed(error: &redlimit::Error) -> Failure {
-    if error.kind() == redlimit::ErrorKind::InvalidInput {
+fn failed(error: &redlimit_core::Error) -> Failure {
+    if error.kind() == redlimit_core::ErrorKind::InvalidInput {
         return usage(error.to_string());
     }
     redis(error)
