@@ -32,9 +32,12 @@ pub(crate) struct Args {
 }
 
 /// Flags that take a value, and which commands take them.
-const FLAGS: [&str; 13] = [
+const FLAGS: [&str; 16] = [
     "--config",
     "--policy",
+    "--rls",
+    "--domain",
+    "--descriptor",
     "--prefix",
     "--route",
     "--client",
@@ -87,27 +90,45 @@ impl Args {
             flags,
             json,
         };
-        // A demo's file, or one policy named here for any application's keys.
-        match (args.flag("--config"), args.flag("--policy")) {
-            (Some(_), Some(_)) => return Err("give --config or --policy, not both".to_owned()),
-            (None, None) => return Err("--config (or --policy) is needed".to_owned()),
-            (None, Some(_)) => {
-                args.require("--redis")?;
+        // A demo's file, one policy named here for any application's keys, or a rate limit
+        // service's configuration.
+        let sources = ["--config", "--policy", "--rls"].map(|flag| args.flag(flag).is_some());
+        // With --rls, the descriptor names the client.
+        let named_client = match sources {
+            [false, false, false] => {
+                return Err("--config (or --policy, or --rls) is needed".to_owned());
             }
-            (Some(_), None) => {
+            [true, false, false] => {
                 if args.command != Command::Suggest {
                     args.require("--route")?;
                 }
+                false
             }
-        }
-        if matches!(
-            args.command,
-            Command::Inspect
-                | Command::Reset
-                | Command::Check
-                | Command::Override
-                | Command::ClearOverride
-        ) {
+            [false, true, false] => {
+                args.require("--redis")?;
+                false
+            }
+            [false, false, true] => {
+                args.require("--redis")?;
+                args.require("--domain")?;
+                args.require("--descriptor")?;
+                if matches!(args.command, Command::Suggest) {
+                    return Err("suggest reads a demo's file (--config), not --rls".to_owned());
+                }
+                true
+            }
+            _ => return Err("give one of --config, --policy and --rls".to_owned()),
+        };
+        if !named_client
+            && matches!(
+                args.command,
+                Command::Inspect
+                    | Command::Reset
+                    | Command::Check
+                    | Command::Override
+                    | Command::ClearOverride
+            )
+        {
             args.require("--client")?;
         }
         if args.command == Command::Override {

@@ -4,7 +4,8 @@
 
 use std::{fmt::Write as _, time::Duration};
 
-use redlimit_core::{Inspection, Limiter, Override, Policy, PolicySet, RetryAfter};
+use redlimit_core::{Inspection, Limiter, Override, Policy, PolicySet, RedisBackend, RetryAfter};
+use redlimit_rls::RlsConfig;
 use serde::Serialize;
 
 use axum_demo::{
@@ -30,6 +31,9 @@ pub(crate) const USAGE: &str = "usage:
   redlimit override --config FILE --route PATH --client KEY --ttl DURATION
                     [--limit N] [--window DURATION] [--burst N] [--redis URL]
   redlimit clear-override --config FILE --route PATH --client KEY [--redis URL]
+  redlimit COMMAND --rls DIR --domain D --descriptor KEY=VALUE[,KEY=VALUE...] --redis URL
+                  (a rate limit service's descriptor, by its YAML folder: inspect, reset,
+                  check, top, override, clear-override)
 
 FILE is redlimit-demo's TOML; its Redis (redis_url, redis_cluster or redis_sentinel) is used
 unless --redis names a standalone one. KEY is the client as the route keys it (an IP, a header's
@@ -73,6 +77,15 @@ const BUDGET: Duration = Duration::from_secs(5);
 /// # Errors
 /// A bad command line or file (status 2), or a failing Redis (status 1).
 pub(crate) async fn run(args: &Args) -> Result<String, Failure> {
+    if let Some(dir) = args.flag("--rls") {
+        let (limiter, policy, client) = rls_target(args, dir)?;
+        let place = format!(
+            "{} {}",
+            args.flag("--domain").unwrap_or_default(),
+            policy.name()
+        );
+        return on_policy(args, &limiter, &policy, &client, &place).await;
+    }
     let config = config(args)?;
     let limiter = axum_demo::limiter(&config).map_err(|e| usage(e.to_string()))?;
     if args.command == Command::Suggest {
@@ -81,27 +94,72 @@ pub(crate) async fn run(args: &Args) -> Result<String, Failure> {
     let route = route(args, &config)?;
     let policy = route.policy().map_err(|e| usage(e.to_string()))?;
     let client = args.flag("--client").unwrap_or_default();
+    on_policy(args, &limiter, &policy, client, &route.path).await
+}
+
+/// The limiter, policy and client key of a rate limit service's descriptor: `--rls` (its
+/// configuration folder), `--domain`, `--descriptor key=value,key=value`, on `--redis` under
+/// the service's key prefix (`--prefix`, else the library's).
+fn rls_target(args: &Args, dir: &str) -> Result<(Limiter, Policy, String), Failure> {
+    let config =
+        RlsConfig::load_dir(std::path::Path::new(dir)).map_err(|e| usage(e.to_string()))?;
+    let domain = args.flag("--domain").unwrap_or_default();
+    let text = args.flag("--descriptor").unwrap_or_default();
+    let entries: Vec<(&str, &str)> = text
+        .split(',')
+        .map(|entry| entry.split_once('=').unwrap_or((entry, "")))
+        .collect();
+    if entries.iter().any(|(key, _)| key.is_empty()) {
+        return Err(usage(format!(
+            "--descriptor: {text:?} is not key=value[,key=value…], such as remote_address=10.0.0.1"
+        )));
+    }
+    let (policy, client) = config.policy_of(domain, &entries).ok_or_else(|| {
+        usage(format!(
+            "--descriptor: no rule with a limit to count matches {text:?} in domain {domain:?}"
+        ))
+    })?;
+    let url = args.flag("--redis").unwrap_or_default();
+    let backend = RedisBackend::builder(url)
+        .budget(BUDGET)
+        .build()
+        .map_err(|e| usage(format!("--redis: {e}")))?;
+    let limiter = match args.flag("--prefix") {
+        Some(prefix) => {
+            Limiter::with_prefix(backend, prefix).map_err(|e| usage(format!("--prefix: {e}")))?
+        }
+        None => Limiter::new(backend),
+    };
+    Ok((limiter, policy, client))
+}
+
+/// Runs the command (not `suggest`) on `client`'s state under `policy`, which `place` names
+/// (a route's path, or a descriptor's rule).
+async fn on_policy(
+    args: &Args,
+    limiter: &Limiter,
+    policy: &Policy,
+    client: &str,
+    place: &str,
+) -> Result<String, Failure> {
     match args.command {
         Command::Inspect => {
             let seen = limiter
-                .inspect(&policy, client)
+                .inspect(policy, client)
                 .await
                 .map_err(|e| redis(&e))?;
             let mut out = describe(&seen);
             if seen.ttl.is_none() {
-                out += &hint(args, &limiter, &policy).await;
+                out += &hint(args, limiter, policy).await;
             }
             Ok(out)
         }
         Command::Reset => {
-            let deleted = limiter
-                .reset(&policy, client)
-                .await
-                .map_err(|e| redis(&e))?;
+            let deleted = limiter.reset(policy, client).await.map_err(|e| redis(&e))?;
             Ok(if deleted {
-                format!("reset: {client}'s state on {} deleted\n", route.path)
+                format!("reset: {client}'s state on {place} deleted\n")
             } else {
-                format!("reset: nothing stored for {client} on {}\n", route.path)
+                format!("reset: nothing stored for {client} on {place}\n")
             })
         }
         Command::Check => {
@@ -123,35 +181,32 @@ pub(crate) async fn run(args: &Args) -> Result<String, Failure> {
                 retry(decision.retry_after)
             ))
         }
-        Command::Top => top(args, &policy, &limiter).await,
+        Command::Top => top(args, policy, limiter).await,
         Command::Override => {
             let numbers = numbers(args)?;
             let ttl = duration(args, "--ttl")?.unwrap_or_default();
             limiter
-                .set_override(&policy, client, numbers, ttl)
+                .set_override(policy, client, numbers, ttl)
                 .await
                 .map_err(|e| failed(&e))?;
             Ok(format!(
                 "override: {client} on {} for {}\n",
-                route.path,
+                place,
                 humantime::format_duration(ttl)
             ))
         }
         Command::ClearOverride => {
             let cleared = limiter
-                .clear_override(&policy, client)
+                .clear_override(policy, client)
                 .await
                 .map_err(|e| failed(&e))?;
             Ok(if cleared {
                 format!(
                     "clear-override: {client} on {} is back on the route's numbers\n",
-                    route.path
+                    place
                 )
             } else {
-                format!(
-                    "clear-override: {client} had no override on {}\n",
-                    route.path
-                )
+                format!("clear-override: {client} had no override on {}\n", place)
             })
         }
         Command::Suggest => unreachable!("answered above"),

@@ -438,11 +438,12 @@ async fn a_reset_lifts_a_client_blocked_at_both_instances_within_milliseconds_of
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     let server = RedisServer::start();
-    let login = redlimit_core::Policy::builder("login", redlimit_core::Algorithm::FixedWindowAnchored)
-        .limit(5)
-        .window(std::time::Duration::from_secs(900))
-        .build()
-        .expect("a policy");
+    let login =
+        redlimit_core::Policy::builder("login", redlimit_core::Algorithm::FixedWindowAnchored)
+            .limit(5)
+            .window(std::time::Duration::from_secs(900))
+            .build()
+            .expect("a policy");
     let limiter = redlimit_core::Limiter::with_prefix(server.backend(), "shop").expect("prefix");
     for _ in 0..2 {
         let checked = limiter.check(&login.clone().into(), "alice").await;
@@ -519,4 +520,93 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     assert_eq!(bad.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("NAME:ALGORITHM:LIMIT/WINDOW"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_service_descriptor_is_inspected_and_reset_by_its_yaml() {
+    use redlimit_rls::{
+        RlsConfig, RlsService,
+        envoy_types::pb::envoy::{
+            extensions::common::ratelimit::v3::{
+                RateLimitDescriptor, rate_limit_descriptor::Entry,
+            },
+            service::ratelimit::v3::{
+                RateLimitRequest, rate_limit_service_server::RateLimitService,
+            },
+        },
+    };
+
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = std::env::temp_dir().join(format!("redlimit-cli-rls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    // An anchored window: no aligned boundary can fall inside the test.
+    let yaml = "domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { algorithm: fixed_window_anchored, unit: hour, requests_per_unit: 5 }
+";
+    std::fs::write(dir.join("edge.yaml"), yaml).expect("written");
+    let config = RlsConfig::load_dir(&dir).expect("valid");
+    let limiter = redlimit_core::Limiter::new(server.backend());
+    let rls = RlsService::new(
+        limiter,
+        config,
+        redlimit_core::FailurePolicy::Closed,
+        std::time::Duration::from_secs(10),
+    );
+    let ask = || async {
+        let request = RateLimitRequest {
+            domain: "edge".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "remote_address".to_owned(),
+                    value: "10.0.0.1".to_owned(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        };
+        let answer = rls.should_rate_limit(tonic::Request::new(request)).await;
+        answer.expect("an answer").into_inner().statuses[0].limit_remaining
+    };
+    for left in [4, 3, 2] {
+        assert_eq!(ask().await, left);
+    }
+    let folder = dir.to_str().expect("a UTF-8 path");
+    let with = |command: &str| {
+        ok(&[
+            command,
+            "--rls",
+            folder,
+            "--domain",
+            "edge",
+            "--descriptor",
+            "remote_address=10.0.0.1",
+            "--redis",
+            &url,
+        ])
+    };
+    let seen = with("inspect");
+    assert!(seen.contains("remaining  2 of 5"), "{seen}");
+    let reset = with("reset");
+    assert!(reset.contains("deleted"), "{reset}");
+    assert!(with("inspect").contains("remaining  5 of 5"));
+    // The service sees the reset: its next request finds the whole limit.
+    assert_eq!(ask().await, 4);
+    // A descriptor no rule counts is named as such.
+    let none = cli(&[
+        "inspect",
+        "--rls",
+        folder,
+        "--domain",
+        "edge",
+        "--descriptor",
+        "path=/x",
+        "--redis",
+        &url,
+    ]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no rule"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

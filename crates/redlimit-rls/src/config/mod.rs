@@ -256,6 +256,26 @@ impl RlsConfig {
         })
     }
 
+    /// The policy a descriptor of `domain` with `entries` is checked by, and the client key
+    /// its counter is kept under: what an operator's tools read and reset. `None` when no rule
+    /// with a limit to count matches (none, an `unlimited` one, or one of 0).
+    ///
+    /// ```
+    /// # use redlimit_rls::RlsConfig;
+    /// let yaml = "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 9 }";
+    /// let config = RlsConfig::from_files([("d.yaml", yaml)])?;
+    /// let (policy, client) = config.policy_of("d", &[("ip", "10.0.0.1")]).expect("a rule");
+    /// assert_eq!((policy.limit(), client.as_str()), (9, "ip_10.0.0.1"));
+    /// # Ok::<(), redlimit_rls::ConfigError>(())
+    /// ```
+    pub fn policy_of(&self, domain: &str, entries: &[(&str, &str)]) -> Option<(Policy, String)> {
+        let matched = self.matched(domain, entries.iter().copied())?;
+        match &matched.rule.limit {
+            Limit::Policy(policy) => Some((policy.clone(), matched.client)),
+            Limit::Unlimited | Limit::Nothing => None,
+        }
+    }
+
     /// How many rules the configuration holds.
     pub fn rules(&self) -> usize {
         self.rules.len()
