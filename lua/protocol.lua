@@ -5,7 +5,7 @@
 -- number of policies, then each policy: algorithm, limit, window (ms), burst, its flags
 -- (OVERRIDES, BAN, DELAY), then the ban's after, within, for and max (ms) when BAN, the longest
 -- delay (ms) when DELAY. Then each request, to the end: its cost, its head (its flags ONCE,
--- RESERVE, TAKEN_AT, REPEAT, LEASE, GIVEN, GRANT, plus SET_STEP times its set's number), the
+-- RESERVE, TAKEN_AT, REPEAT, LEASE, GIVEN, GRANT, REFUND, plus SET_STEP times its set's number), the
 -- request id's window (ms) when ONCE, the reservation's time (us) when TAKEN_AT, its concurrency
 -- limit's limit, lease TTL (ms) and lease id when LEASE, the most it takes beyond its cost where
 -- every policy has room when GRANT, and when REPEAT how many requests it stands for: a run of
@@ -27,6 +27,7 @@ local function read_sets(argv)
       local fns = algorithm(name)
       local p = {
         decide = fns.decide, take = fns.take, settle = fns.settle, alone = fns.alone, untake = fns.untake,
+        refund = fns.refund,
         limit = tonumber(argv[a + 2]),
         window = tonumber(argv[a + 3]), burst = tonumber(argv[a + 4]),
         overrides = flags % (2 * OVERRIDES) >= OVERRIDES,
@@ -59,8 +60,9 @@ end
 -- The request whose arguments start at argv[a]: its cost, its set's number, whether it is a
 -- reservation, the request id's window (ms) or nil, the reservation's time (us) or nil, where
 -- the next request begins, how many requests it stands for, its lease (limit, ttl, id) or
--- nil, whether it is made at most once by a token (GIVEN), and the most it takes beyond its
--- cost (GRANT) or nil. number: tonumber, or one that keeps what it converted.
+-- nil, whether it is made at most once by a token (GIVEN), the most it takes beyond its cost
+-- (GRANT) or nil, and whether it is a refund (REFUND). number: tonumber, or one that keeps what
+-- it converted.
 local function read_request(argv, a, number)
   number = number or tonumber
   local cost, head = number(argv[a]), number(argv[a + 1])
@@ -90,7 +92,7 @@ local function read_request(argv, a, number)
     a = a + 1
   end
   return cost, (head - flags) / SET_STEP, flags % (2 * RESERVE) >= RESERVE, once_window, taken_at, a, repeats,
-    lease, flags % (2 * GIVEN) >= GIVEN, grant
+    lease, flags % (2 * GIVEN) >= GIVEN, grant, flags % (2 * REFUND) >= REFUND
 end
 
 -- The key and numbers policy p checks its client by (an override's, when it reads one in

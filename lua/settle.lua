@@ -4,8 +4,10 @@
 -- never below empty. A request without it charges its cost now, even past the limit, in every
 -- policy of its set. A request with its reservation's request id (ONCE) moves what a retry of
 -- that request is answered by as much: each admitting policy's remaining, never below 0. A
--- request with a token (GIVEN) is made only by the first call that carries it.
--- Reply, per request: how many of its policies changed.
+-- request with a token (GIVEN) is made only by the first call that carries it. A refund
+-- (REFUND) gives back its cost to the state in force now, and replies its policies' quotas.
+-- Reply, per request: how many of its policies changed; for a refund, four integers per policy
+-- (as check.lua's for a check of cost 0) after it.
 local sets, a = read_sets(ARGV)
 -- How long (ms) a settle's token is kept: far longer than the settle is sent again for.
 local GIVEN_TTL_MS = 600000
@@ -28,8 +30,11 @@ local function resettle(idem, policies, delta)
 end
 
 while a <= last do
-  local cost, set, once, taken_at, repeats, given
-  cost, set, _, once, taken_at, a, repeats, _, given = read_request(ARGV, a)
+  local cost, set, once, taken_at, repeats, given, refund
+  cost, set, _, once, taken_at, a, repeats, _, given, _, refund = read_request(ARGV, a)
+  if refund then
+    taken_at = now_us
+  end
   for _ = 1, repeats do
     local idem
     if once then
@@ -46,14 +51,22 @@ while a <= last do
     for _, p in ipairs(sets[set]) do
       local key, limit, window, burst
       key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
-      if first then
+      if first and refund and p.refund then
+        changed = changed + p.refund(key, limit, window, burst, now_us, cost)
+      elseif first then
         changed = changed + p.settle(key, limit, window, burst, now_us, cost, taken_at)
+      end
+      if refund then
+        local n = #out
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = p.decide(key, limit, window, burst, now_us, 0, p.slack)
       end
     end
     if idem and first then
       resettle(idem, #sets[set], taken_at and cost or -cost)
     end
-    out[#out + 1] = changed
+    if not refund then
+      out[#out + 1] = changed
+    end
   end
 end
 return out

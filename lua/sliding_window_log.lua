@@ -100,8 +100,13 @@ local function sliding_window_log_functions()
     redis.call('ZREM', key, unpack(entries))
     return 1
   end
+  -- A refund (REFUND): removes the newest cost entries, whenever they were taken; a settle
+  -- removes only those stamped with its reservation's time.
+  local sliding_window_log_refund = SETTLES and function(key, limit, window, burst, now_us, cost)
+    return redis.call('ZREMRANGEBYRANK', key, -cost, -1) > 0 and 1 or 0
+  end
   return {
     decide = sliding_window_log, take = sliding_window_log_take, settle = sliding_window_log_settle,
-    alone = sliding_window_log_alone,
+    alone = sliding_window_log_alone, refund = sliding_window_log_refund,
   }
 end

@@ -57,6 +57,8 @@ enum Plan {
     Nothing(Matched, u64),
     /// A rule to check, under a client key, at a cost.
     Check(Matched, u64),
+    /// A rule to give a cost back to (`is_negative_hits`), under a client key.
+    GiveBack(Matched, u64),
 }
 
 impl RlsService {
@@ -205,6 +207,9 @@ fn plans(config: &RlsConfig, request: &RateLimitRequest, hits: u64) -> Vec<Plan>
             Some(m) => match m.rule.limit {
                 Limit::Unlimited => Plan::Unlimited,
                 Limit::Nothing => Plan::Nothing(m, cost(descriptor, hits)),
+                Limit::Policy(_) if descriptor.is_negative_hits => {
+                    Plan::GiveBack(m, cost(descriptor, hits))
+                }
                 Limit::Policy(_) => Plan::Check(m, cost(descriptor, hits)),
             },
         })
@@ -278,6 +283,14 @@ impl RlsService {
                 taken.push((guard, decisions));
             }
         }
+        // Negative hits give back, each alone, whatever the request's other descriptors say.
+        for (i, plan) in plans.iter().enumerate() {
+            if let Plan::GiveBack(m, cost) = plan {
+                let guard = self.guard(&[m]);
+                let decisions = guard.check(&m.client).cost(*cost).give_back().await;
+                decided[i] = decisions.first().cloned();
+            }
+        }
         let denied: Vec<bool> = plans
             .iter()
             .zip(&decided)
@@ -347,7 +360,7 @@ fn status(plan: &Plan, decision: Option<&Decision>) -> DescriptorStatus {
             ..DescriptorStatus::default()
         };
     }
-    let (Plan::Check(m, _), Some(decision)) = (plan, decision) else {
+    let (Plan::Check(m, _) | Plan::GiveBack(m, _), Some(decision)) = (plan, decision) else {
         let remaining = if matches!(plan, Plan::Unlimited) {
             u32::MAX
         } else {

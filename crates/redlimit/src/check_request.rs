@@ -61,6 +61,8 @@ pub(crate) struct Options<'a> {
     /// A guard's grant: the most an admitted check takes beyond its cost, where every policy
     /// has room, to be spent locally (see [`PolicyBuilder::grants`](crate::PolicyBuilder::grants)).
     pub(crate) grant: Option<u64>,
+    /// Gives the cost back instead of taking it.
+    pub(crate) give_back: bool,
 }
 
 impl Default for Options<'_> {
@@ -73,6 +75,7 @@ impl Default for Options<'_> {
             keys: None,
             budget: None,
             grant: None,
+            give_back: false,
         }
     }
 }
@@ -139,6 +142,41 @@ impl<'a, On> CheckRequest<'a, On> {
         self
     }
 
+    /// Gives the check's cost back to each policy instead of taking it: a refund of requests
+    /// counted earlier (Envoy's negative hits), to the state in force now (a fixed window's
+    /// current count, a bucket's tokens), never past what a policy holds (a count never below
+    /// 0, a bucket never above full). Decided in one script call; each decision is allowed and
+    /// reports the quota after the refund. The check fails with
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) with a request id or a
+    /// reservation. Defaults to taking.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, Limiter, MemoryBackend, Policy, PolicySet, Timestamp};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let api = PolicySet::from(
+    ///     Policy::builder("api", Algorithm::FixedWindow)
+    ///         .limit(10)
+    ///         .window(Duration::from_secs(60))
+    ///         .build()?,
+    /// );
+    /// let limiter = Limiter::new(MemoryBackend::default());
+    /// let at = Timestamp::from_millis(1_700_000_000_000);
+    /// limiter.check(&api, "alice").cost(4).at(at).await?;
+    /// let refunded = limiter.check(&api, "alice").cost(3).give_back().at(at).await?;
+    /// assert_eq!(refunded[0].remaining, 9);
+    /// // Never past what it holds: the window's count does not go below 0.
+    /// let more = limiter.check(&api, "alice").cost(5).give_back().at(at).await?;
+    /// assert_eq!(more[0].remaining, 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn give_back(mut self) -> Self {
+        self.options.give_back = true;
+        self
+    }
+
     /// Checks each policy of the set under its own client key, `keys[i]` for the set's `i`th
     /// policy, instead of the check's one client for all: per IP and per API key, a tenant's
     /// budget and a key's, in one check, all or nothing (if any policy denies, none consumes),
@@ -192,6 +230,7 @@ impl<On> fmt::Debug for CheckRequest<'_, On> {
             .field("once", &self.options.once.is_some())
             .field("reserve", &self.options.reserve)
             .field("keys", &self.options.keys.map(<[&str]>::len))
+            .field("give_back", &self.options.give_back)
             .finish_non_exhaustive()
     }
 }

@@ -163,6 +163,12 @@ impl Limiter {
                 ),
             )));
         }
+        if options.give_back && (options.reserve || options.once.is_some()) {
+            return Started::Ready(Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a give-back is neither reserved nor counted once per request id",
+            )));
+        }
         if options.reserve && set.is_delayed() {
             return Started::Ready(Err(Error::new(
                 ErrorKind::InvalidInput,

@@ -95,6 +95,11 @@ descriptors:
         - name: banned_limit
       unit: minute
       requests_per_unit: 10
+  - key: refunds
+    rate_limit:
+      algorithm: fixed_window_anchored
+      unit: hour
+      requests_per_unit: 3
   - key: window
     rate_limit:
       algorithm: sliding_window_log
@@ -576,4 +581,43 @@ async fn a_changed_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
     assert_eq!(until(9).await, 9);
     assert!(rls.failed().is_none());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_hits_give_back_never_past_the_limit() {
+    let server = RedisServer::start();
+    let mut client = service(&server).await;
+    let hit = descriptor(&[("refunds", "x")]);
+    let refund = |n: u64| RateLimitDescriptor {
+        hits_addend: Some(UInt64Value { value: n }),
+        is_negative_hits: true,
+        ..hit.clone()
+    };
+    for left in [2, 1, 0] {
+        let response = ask(&mut client, "messaging", vec![hit.clone()]).await;
+        assert_eq!(
+            (overall(&response), response.statuses[0].limit_remaining),
+            (Code::Ok, left)
+        );
+    }
+    assert_eq!(
+        overall(&ask(&mut client, "messaging", vec![hit.clone()]).await),
+        Code::OverLimit
+    );
+    // Two given back: two more pass.
+    let given = ask(&mut client, "messaging", vec![refund(2)]).await;
+    assert_eq!(
+        (overall(&given), given.statuses[0].limit_remaining),
+        (Code::Ok, 2)
+    );
+    for left in [1, 0] {
+        let response = ask(&mut client, "messaging", vec![hit.clone()]).await;
+        assert_eq!(
+            (overall(&response), response.statuses[0].limit_remaining),
+            (Code::Ok, left)
+        );
+    }
+    // More than was counted: the whole limit back, never more.
+    let given = ask(&mut client, "messaging", vec![refund(10)]).await;
+    assert_eq!(given.statuses[0].limit_remaining, 3);
 }

@@ -561,3 +561,44 @@ async fn a_retry_of_a_settled_request_shows_the_settled_numbers() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_refunds_the_state_in_force_never_past_what_it_holds_alike_on_both_backends() {
+    use crate::support::{T0, alone, at_ms, both_backends, policy};
+
+    let server = RedisServer::start();
+    for algorithm in redlimit::Algorithm::ALL {
+        let set = alone(&policy(algorithm, 10, 60_000, None));
+        let mut seen = Vec::new();
+        for (backend, limiter) in both_backends(&server) {
+            let client = format!("give-back-{algorithm}");
+            let mut quotas = Vec::new();
+            // Takes 6, gives back 4, then 9 (more than it holds), takes 2; a window later,
+            // gives back 3 of what is counted then.
+            for (cost, give, at) in [
+                (6, false, T0),
+                (4, true, T0 + 1),
+                (9, true, T0 + 2),
+                (2, false, T0 + 3),
+                (3, true, T0 + 60_001),
+            ] {
+                let check = limiter.check(&set, &client).cost(cost).at(at_ms(at));
+                let check = if give { check.give_back() } else { check };
+                let decisions = check
+                    .await
+                    .unwrap_or_else(|e| panic!("{backend} {algorithm}: {e}"));
+                assert!(decisions.allowed(), "{backend} {algorithm}");
+                quotas.push(decisions[0].remaining);
+            }
+            seen.push((backend, quotas));
+        }
+        assert_eq!(seen[0].1, seen[1].1, "{algorithm}: redis and memory alike");
+        // After the refunds the whole limit is back: never past it.
+        assert_eq!(seen[0].1[2], 10, "{algorithm}: {:?}", seen[0].1);
+        assert!(
+            seen[0].1[1] >= 8,
+            "{algorithm}: 4 of 6 given back: {:?}",
+            seen[0].1
+        );
+    }
+}

@@ -13,7 +13,7 @@ mod window;
 
 use std::collections::VecDeque;
 
-pub(crate) use self::settle::{charge, refund};
+pub(crate) use self::settle::{charge, refund, refund_now};
 use crate::{Algorithm, Policy};
 
 /// What one key holds, per algorithm. Times are milliseconds except GCRA's microseconds.

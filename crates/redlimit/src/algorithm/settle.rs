@@ -5,6 +5,21 @@
 use super::{State, Update, Write, bucket, counter, gcra, window};
 use crate::{Algorithm, Policy, policy::MAX_EXACT};
 
+/// Gives back `cost` to `state` as it is at `now_us` (a give-back check; the twin of the
+/// scripts' REFUND): a log's newest entries, whenever they were taken, and for the others what a
+/// reservation taken now would give back. Whether anything was given.
+pub(crate) fn refund_now(policy: &Policy, state: &mut State, now_us: u64, cost: u64) -> bool {
+    if let State::Log(entries) = state {
+        let keep = entries
+            .len()
+            .saturating_sub(usize::try_from(cost).unwrap_or(usize::MAX));
+        let removed = entries.len() > keep;
+        entries.truncate(keep);
+        return removed;
+    }
+    refund(policy, state, now_us, now_us, cost)
+}
+
 /// Gives back `cost` taken at `at_us` from `state`, at `now_us`; whether anything was given.
 pub(crate) fn refund(
     policy: &Policy,

@@ -102,14 +102,23 @@ pub(crate) enum Settlement {
     GiveBack { cost: u64, at_us: u64 },
     /// Takes `cost` more now, even past the limit.
     Charge { cost: u64 },
+    /// Gives back `cost` to the state in force now (a give-back check): a log's newest entries.
+    Refund { cost: u64 },
 }
 
 impl Settlement {
+    /// How much it gives back or charges.
+    pub(crate) fn cost(self) -> u64 {
+        match self {
+            Self::GiveBack { cost, .. } | Self::Charge { cost } | Self::Refund { cost } => cost,
+        }
+    }
+
     /// This settlement of a part of a reservation that was taken at `at_us`.
     pub(crate) fn at(self, at_us: u64) -> Self {
         match self {
             Self::GiveBack { cost, .. } => Self::GiveBack { cost, at_us },
-            charge @ Self::Charge { .. } => charge,
+            other @ (Self::Charge { .. } | Self::Refund { .. }) => other,
         }
     }
 

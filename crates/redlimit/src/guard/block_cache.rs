@@ -188,6 +188,15 @@ impl BlockCache {
         }
     }
 
+    /// Forgets `client`'s block: its count fell (a give-back through this guard), so the
+    /// backend may admit it now. Other instances hear of it by an operator event.
+    pub(crate) fn lift(&self, client: &str) {
+        let slot = self.slot(client);
+        if let Some(block) = self.shard(&slot).get_mut(slot.id) {
+            block.until_us = 0;
+        }
+    }
+
     /// How many clients are blocked or were and have not been swept.
     pub fn len(&self) -> usize {
         self.shards

@@ -265,7 +265,8 @@ impl GuardedLimiter {
         let grants = guard
             .grants
             .as_ref()
-            .filter(|_| options.once.is_none() && !reserve && options.keys.is_none());
+            .filter(|_| options.once.is_none() && !reserve && options.keys.is_none())
+            .filter(|_| !options.give_back);
         let mut pending = None;
         if let Some(grants) = grants {
             match grants.spend(client, cost, guard.local_now_us()) {
@@ -286,6 +287,7 @@ impl GuardedLimiter {
             .blocks
             .as_ref()
             .filter(|_| cost <= guard.capacity && options.once.is_none() && !reserve)
+            .filter(|_| !options.give_back)
             // A block is one client's: a check of several keys is not one client's denial.
             .filter(|_| options.keys.is_none());
         if let Some(blocks) = blocks {
@@ -444,6 +446,9 @@ impl GuardedLimiter {
         match answer {
             Ok(decisions) => {
                 guard.breaker(client).record(true);
+                if let (Some(blocks), true) = (&guard.blocks, options.give_back) {
+                    blocks.lift(client);
+                }
                 // Where policies ban, only a ban is kept locally: every other denial must reach
                 // the backend, which counts it towards a ban.
                 let keep = !guard.bans || decisions.iter().any(|d| d.banned);

@@ -221,7 +221,9 @@ impl MemoryBackend {
     /// Decides `query` here and now: with its set's concurrency limit, the lease and the
     /// policies as one (the twin of `lua/check.lua`'s LEASE), the lease held by the decisions.
     pub(crate) fn start(&self, query: Query<'_>) -> Started {
-        let Some(concurrency) = query.set.concurrency() else {
+        // A give-back takes no lease.
+        let concurrency = query.set.concurrency().filter(|_| !query.options.give_back);
+        let Some(concurrency) = concurrency else {
             return Started::Ready(Ok(self.decide(query)));
         };
         let now_us = query.options.at.unwrap_or_else(Timestamp::now).as_micros();
@@ -285,6 +287,22 @@ impl MemoryBackend {
         // A client with an override is checked by the policies it names.
         let overridden = self.overrides().resolve(keys, set, clients, now_us);
         let policies = overridden.as_deref().unwrap_or(set);
+        if options.give_back {
+            // The twin of settle.lua's REFUND: given back to the state in force now, then
+            // each policy's quota.
+            let refund = Settlement::Refund { cost: options.cost };
+            self.settle_policies(keys, clients, policies, refund, now_us);
+            return self.peek_set(
+                Query {
+                    options: &Options {
+                        cost: 0,
+                        ..*options
+                    },
+                    ..query
+                },
+                now_us,
+            );
+        }
         let bans = policies.iter().any(|p| p.ban().is_some());
         let answers = || {
             if bans {
@@ -466,7 +484,9 @@ impl MemoryBackend {
         let changed = self.settle_policies(keys, clients, policies, settlement, now_us);
         if let Some(id) = &reserved.once {
             let delta = match settlement {
-                Settlement::GiveBack { cost, .. } => i64::try_from(cost).unwrap_or(i64::MAX),
+                Settlement::GiveBack { cost, .. } | Settlement::Refund { cost } => {
+                    i64::try_from(cost).unwrap_or(i64::MAX)
+                }
                 Settlement::Charge { cost } => -i64::try_from(cost).unwrap_or(i64::MAX),
             };
             self.recent().resettle(
@@ -493,14 +513,18 @@ impl MemoryBackend {
             let id = KeyIds::of(keys, policy, locked.client(i));
             let shard = locked.shard(i);
             match settlement {
-                Settlement::GiveBack { cost, at_us } => {
+                Settlement::GiveBack { .. } | Settlement::Refund { .. } => {
                     let entry = shard.entries.get_mut(id);
                     let live = entry.filter(|entry| entry.expires_at_us > now_us);
-                    if let Some(state) = live.and_then(|entry| entry.state.as_mut())
-                        && algorithm::refund(policy, state, at_us, now_us, cost)
-                    {
-                        changed += 1;
-                    }
+                    let given = live
+                        .and_then(|entry| entry.state.as_mut())
+                        .is_some_and(|state| match settlement {
+                            Settlement::GiveBack { cost, at_us } => {
+                                algorithm::refund(policy, state, at_us, now_us, cost)
+                            }
+                            _ => algorithm::refund_now(policy, state, now_us, settlement.cost()),
+                        });
+                    changed += u64::from(given);
                 }
                 Settlement::Charge { cost } => {
                     let write = algorithm::charge(policy, shard.live(id, now_us), now_us, cost);

@@ -10,7 +10,7 @@ use super::{
     protocol::{self, LeaseRequest, Reply, Request},
 };
 use crate::{
-    Decision, Decisions, Error, KeyScheme, Lease, Policy, PolicySet, Reason, Timestamp,
+    Decision, Decisions, Error, ErrorKind, KeyScheme, Lease, Policy, PolicySet, Reason, Timestamp,
     backend::{
         answer::{decision, mark_overridden},
         query::{Change, Clients, Query, Settlement, Started, stamp},
@@ -46,7 +46,14 @@ impl RedisBackend {
         let (keys, client, options) = (query.keys, query.client, query.options);
         let clients = query.clients();
         let slot = match self.slot_of(keys, clients, query.set.len()) {
+            Slot::One(_) if options.give_back => return self.start_refund(query),
             Slot::One(slot) => slot,
+            Slot::Several(_) if options.give_back => {
+                return Started::Ready(Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    "a give-back of keys in several Cluster slots (give back each slot's apart)",
+                )));
+            }
             Slot::Several(groups) => return self.start_across(query, groups),
         };
         // A lease of the set's concurrency limit, under the check's first key.
@@ -107,6 +114,39 @@ impl RedisBackend {
                 ..options
             };
             Ok(stamp(decisions, &options, &set, &client, taken_at_us))
+        }))
+    }
+
+    /// Begins a give-back of `query`: the settle script's refund, one call, its reply the
+    /// policies' quotas after it; then an operator event, as a reset's, so that no instance
+    /// keeps blocking the client locally on a count that fell.
+    fn start_refund(&self, query: Query<'_>) -> Started {
+        let (keys, options) = (query.keys, query.options);
+        let (channel, first) = (
+            keys.events_channel(),
+            keys.key(&query.set[0], query.clients().first()),
+        );
+        let request = Request {
+            cost: options.cost,
+            each: options.keys,
+            refund: true,
+            ..Request::new(query.set, query.client)
+        };
+        let call = protocol::encode(keys, options.at.map(Timestamp::as_micros), &[request]);
+        let budget = options.budget.unwrap_or(self.inner.budget);
+        let (redis, set) = (self.clone(), query.set.clone());
+        Started::Waiting(Box::pin(async move {
+            let reply = tokio::time::timeout(budget, redis.script(call, |s| &s.settle))
+                .await
+                .unwrap_or_else(|_| Err(redis.timed_out(budget)))?;
+            let request = Request {
+                refund: true,
+                ..Request::new(&set, "")
+            };
+            let reply = protocol::decode(&reply, &request)?;
+            let items: Arc<[Decision]> = decisions_of(&set, reply).collect();
+            redis.publish(&channel, "refund", &first).await?;
+            Ok(Decisions::new(items))
         }))
     }
 
@@ -201,9 +241,18 @@ impl RedisBackend {
                 ..request
             },
             Settlement::Charge { cost } => Request { cost, ..request },
+            Settlement::Refund { cost } => Request {
+                cost,
+                refund: true,
+                ..request
+            },
         };
         let call = protocol::encode(keys, now_us, &[request]);
         let reply = self.script(call, |scripts| &scripts.settle).await?;
+        if request.refund {
+            // A refund replies its policies' quotas: each was given back what it held.
+            return Ok(request.policies.len() as u64);
+        }
         Ok(protocol::decode_settled(&reply)
             .first()
             .copied()

@@ -151,7 +151,7 @@ impl RedisBackend {
 
     /// Publishes an operator event, `what` happened to `key`, on `channel`: every backend
     /// listening there drops its local blocks.
-    async fn publish(&self, channel: &str, what: &str, key: &str) -> Result<(), Error> {
+    pub(super) async fn publish(&self, channel: &str, what: &str, key: &str) -> Result<(), Error> {
         let mut publish = deadpool_redis::redis::cmd("PUBLISH");
         publish.arg(channel).arg(format!("{what} {key}"));
         let call = Call::keys(vec![key.to_owned()]);

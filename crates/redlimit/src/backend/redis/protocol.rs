@@ -53,8 +53,11 @@ constants! {
     /// A request's flag: it takes up to this many more than its cost where every policy has
     /// room (a guard's grant, spent locally).
     GRANT = 64;
+    /// A request's flag: a settle giving back its cost to the state in force now, replying
+    /// each policy's quota after it (four integers, as a check's) instead of what changed.
+    REFUND = 128;
     /// A head is its flags plus this many times its set's number.
-    SET_STEP = 128;
+    SET_STEP = 256;
     /// A policy's flag: it reads an override.
     OVERRIDES = 1;
     /// A policy's flag: it bans.
@@ -94,6 +97,8 @@ pub(crate) struct Request<'a> {
     pub(crate) given: Option<&'a str>,
     /// The most an admitted check takes beyond its cost where every policy has room: a grant.
     pub(crate) grant: Option<u64>,
+    /// A settle giving back its cost now, replying each policy's quota after it.
+    pub(crate) refund: bool,
 }
 
 /// A lease a check asks for: of `policy`, named `id`, in the set at `key`.
@@ -119,6 +124,7 @@ impl<'a> Request<'a> {
             lease: None,
             given: None,
             grant: None,
+            refund: false,
         }
     }
 
@@ -144,6 +150,9 @@ impl<'a> Request<'a> {
 
     /// How many integers its reply is (see [`decode`]).
     pub(crate) fn reply_len(&self) -> usize {
+        if self.refund {
+            return 4 * self.policies.len();
+        }
         let overridable = self
             .policies
             .iter()
@@ -280,6 +289,9 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
                 Arg::Owned(lease.id.to_owned()),
             ]);
             keys.push(lease.key.to_owned());
+        }
+        if request.refund {
+            flags |= REFUND;
         }
         if let Some(grant) = request.grant {
             flags |= GRANT;
@@ -541,6 +553,18 @@ pub(crate) fn decode(reply: &[i64], request: &Request<'_>) -> Result<Reply, Erro
     if reply.len() != request.reply_len() {
         return Err(short_reply(reply.len()));
     }
+    if request.refund {
+        return Ok(Reply {
+            answers: reply
+                .chunks_exact(4)
+                .map(answer)
+                .collect::<Result<_, _>>()?,
+            in_force: Vec::new(),
+            taken_at_us: None,
+            granted: 0,
+            lease: None,
+        });
+    }
     let grant = usize::from(request.grant.is_some());
     let overridable =
         reply.len() - 4 * request.policies.len() - usize::from(request.reserve) - grant - leased;
@@ -713,7 +737,7 @@ mod tests {
                 "42", "2", // the time, two sets
                 "1", "fw", "5", "60000", "5", "0", // set 1: a
                 "1", "gcra", "7", "60000", "7", "0", // set 2: b
-                "1", "128", "2", "256", "3", "128", // cost and head (flags + 128 × set) each
+                "1", "256", "2", "512", "3", "256", // cost and head (flags + 256 × set) each
             ]
         );
     }
@@ -746,10 +770,10 @@ mod tests {
         assert_eq!(
             &argv(&joined)[14..],
             [
-                "1", "136", "3", // three of set 1: REPEAT + 128, then the run's length
-                "1", "256", // one of set 2
-                "1", "257", "9", "1", "257", "9", // request ids are never a run
-                "1", "128", // set 1 again
+                "1", "264", "3", // three of set 1: REPEAT + 256, then the run's length
+                "1", "512", // one of set 2
+                "1", "513", "9", "1", "513", "9", // request ids are never a run
+                "1", "256", // set 1 again
             ]
         );
     }
