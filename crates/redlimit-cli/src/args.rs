@@ -172,6 +172,8 @@ mod tests {
     #[test]
     fn every_command_names_what_it_lacks() {
         let ok = parse("inspect --config f --route /a --client k --redis redis://x").expect("ok");
+        let rls = parse("reset --rls d --domain e --descriptor k=v --redis r").expect("ok");
+        assert_eq!(rls.flag("--descriptor"), Some("k=v"));
         assert_eq!(ok.command, Command::Inspect);
         assert_eq!(ok.flag("--redis"), Some("redis://x"));
         assert!(parse("suggest --config f --json").expect("ok").json);
@@ -180,7 +182,13 @@ mod tests {
             ("frob --config f", "frob"),
             ("top --route /a", "--config"),
             ("top --policy a:gcra:5/1m", "--redis"),
-            ("top --config f --policy a:gcra:5/1m --route /a", "not both"),
+            ("top --config f --policy a:gcra:5/1m --route /a", "one of"),
+            ("inspect --rls d --domain e --redis r", "--descriptor"),
+            ("inspect --rls d --descriptor k=v --redis r", "--domain"),
+            (
+                "suggest --rls d --domain e --descriptor k=v --redis r",
+                "not --rls",
+            ),
             ("top --config f", "--route"),
             ("reset --config f --route /a", "--client"),
             ("top --config f --route /a --colour red", "--colour"),
