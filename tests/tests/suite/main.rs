@@ -31,6 +31,7 @@ mod overrides;
 mod parity;
 mod pitfalls;
 mod rls;
+mod rls_python;
 mod round_trips;
 mod secrets;
 mod sentinel;

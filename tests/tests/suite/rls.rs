@@ -26,7 +26,7 @@ use redlimit_tests::RedisServer;
 use tonic::transport::{Channel, server::TcpIncoming};
 
 /// The configurations of envoyproxy/ratelimit's README, as this suite writes them.
-const EDGE: &str = r#"
+pub(crate) const EDGE: &str = r#"
 domain: edge_proxy_per_ip
 descriptors:
   - key: remote_address
@@ -40,7 +40,7 @@ descriptors:
       requests_per_unit: 1000
 "#;
 
-const MESSAGING: &str = r#"
+pub(crate) const MESSAGING: &str = r#"
 domain: messaging
 descriptors:
   - key: message_type
@@ -121,17 +121,22 @@ async fn serve(
     let config = RlsConfig::from_files([("edge.yaml", EDGE), ("messaging.yaml", MESSAGING)])
         .expect("valid configuration");
     let rls = RlsService::new(limiter, config, failure, budget);
-    // Bound before the client connects: the service is listening once this returns.
+    let url = format!("http://{}", listen(rls));
+    RateLimitServiceClient::connect(url)
+        .await
+        .expect("the service answers")
+}
+
+/// Serves `rls` on a loopback port, bound before this returns (so it is listening): its address.
+pub(crate) fn listen(rls: RlsService) -> std::net::SocketAddr {
     let incoming = TcpIncoming::bind(([127, 0, 0, 1], 0).into()).expect("a loopback port");
-    let url = format!("http://{}", incoming.local_addr().expect("its address"));
+    let address = incoming.local_addr().expect("its address");
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(RateLimitServiceServer::new(rls))
             .serve_with_incoming(incoming),
     );
-    RateLimitServiceClient::connect(url)
-        .await
-        .expect("the service answers")
+    address
 }
 
 fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
