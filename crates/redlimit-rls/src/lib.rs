@@ -38,7 +38,9 @@
 //! # Ok::<(), redlimit_rls::ConfigError>(())
 //! ```
 //!
-//! The `redlimit-rls` binary serves it: `redlimit-rls --config DIR [--redis URL]`; the
+//! [`RlqsService`] serves RLQS (`StreamRateLimitQuotas`) on the same configuration and budgets.
+//!
+//! The `redlimit-rls` binary serves both: `redlimit-rls --config DIR [--redis URL]`; the
 //! [guide] shows Envoy's side.
 
 /// Envoy in front, redlimit behind: starting the service, Envoy's filter and actions, the
@@ -47,11 +49,13 @@
 pub mod guide {}
 
 mod config;
+mod quota;
 mod service;
 mod watch;
 
 pub use self::{
     config::{ConfigError, RlsConfig},
+    quota::RlqsService,
     service::RlsService,
     watch::watch,
 };

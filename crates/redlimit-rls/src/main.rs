@@ -5,18 +5,25 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use redlimit::{FailurePolicy, Limiter, MemoryBackend, RedisBackend, redacted_url};
 use redlimit_rls::{
-    RlsConfig, RlsService,
-    envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer,
+    RlqsService, RlsConfig, RlsService,
+    envoy_types::pb::envoy::service::{
+        rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer,
+        ratelimit::v3::rate_limit_service_server::RateLimitServiceServer,
+    },
 };
 
 const USAGE: &str = "usage: redlimit-rls --config DIR [--redis URL] [--listen ADDR] \
-[--metrics ADDR] [--failure open|closed|local] [--budget DURATION]
+[--metrics ADDR] [--failure open|closed|local] [--budget DURATION] [--quota-max N]
+  [--quota-interval DURATION]
   --config   a folder of envoyproxy/ratelimit YAML files (*.yaml, *.yml), reloaded when they change
   --redis    redis:// or rediss:// URL; without it, an in-memory limiter of this process alone
   --listen   the gRPC address (ShouldRateLimit, and grpc.health.v1); defaults to 127.0.0.1:8081
   --metrics  an address serving GET /metrics in Prometheus's text format; defaults to none
   --failure  how a check is answered when Redis does not answer in time; defaults to open
-  --budget   how long a check may wait for Redis, such as 20ms; defaults to 20ms";
+  --budget   how long a check may wait for Redis, such as 20ms; defaults to 20ms
+  --quota-max       RLQS: the most units one assignment holds; defaults to 1000
+  --quota-interval  RLQS: the longest an assignment lives (the proxies' reporting interval);
+                    defaults to 1s";
 
 struct Args {
     config: PathBuf,
@@ -25,6 +32,8 @@ struct Args {
     metrics: Option<SocketAddr>,
     failure: FailurePolicy,
     budget: Duration,
+    quota_max: u64,
+    quota_interval: Duration,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -35,6 +44,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
         metrics: None,
         failure: FailurePolicy::Open,
         budget: Duration::from_millis(20),
+        quota_max: 1_000,
+        quota_interval: Duration::from_secs(1),
     };
     let mut config = None;
     let mut args = args.iter();
@@ -65,6 +76,16 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--budget" => {
                 parsed.budget = humantime::parse_duration(value)
                     .map_err(|e| format!("--budget: {value:?}: {e}"))?;
+            }
+            "--quota-max" => {
+                parsed.quota_max =
+                    value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("--quota-max: {value:?} is not a positive number")
+                    })?;
+            }
+            "--quota-interval" => {
+                parsed.quota_interval = humantime::parse_duration(value)
+                    .map_err(|e| format!("--quota-interval: {value:?}: {e}"))?;
             }
             _ => return Err(format!("unknown option {flag}")),
         }
@@ -135,8 +156,10 @@ async fn serve(args: Args) -> ExitCode {
     health
         .set_serving::<RateLimitServiceServer<RlsService>>()
         .await;
+    let quotas = RlqsService::new(service.clone(), args.quota_max, args.quota_interval);
     let served = tonic::transport::Server::builder()
         .add_service(health_service)
+        .add_service(RateLimitQuotaServiceServer::new(quotas))
         .add_service(RateLimitServiceServer::new(service))
         .serve_with_shutdown(args.listen, stopped())
         .await;

@@ -113,7 +113,7 @@ impl RlsService {
         failed.clone()
     }
 
-    fn config(&self) -> Arc<RlsConfig> {
+    pub(crate) fn config(&self) -> Arc<RlsConfig> {
         let config = self
             .inner
             .config
@@ -123,7 +123,7 @@ impl RlsService {
     }
 
     /// The guard of the rules `matched`, made once per distinct set.
-    fn guard(&self, matched: &[&Matched]) -> GuardedLimiter {
+    pub(crate) fn guard(&self, matched: &[&Matched]) -> GuardedLimiter {
         let inner = &*self.inner;
         let ids: Vec<u64> = matched.iter().map(|m| m.rule.id).collect();
         let mut guards = inner.guards.lock().unwrap_or_else(PoisonError::into_inner);

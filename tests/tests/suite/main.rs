@@ -30,6 +30,7 @@ mod operator_events;
 mod overrides;
 mod parity;
 mod pitfalls;
+mod rlqs;
 mod rls;
 mod rls_python;
 mod round_trips;

@@ -129,13 +129,14 @@ async fn serve(
 
 /// Serves `rls` on a loopback port, bound before this returns (so it is listening): its address.
 pub(crate) fn listen(rls: RlsService) -> std::net::SocketAddr {
+    serve_grpc(tonic::transport::Server::builder().add_service(RateLimitServiceServer::new(rls)))
+}
+
+/// Serves `router` on a loopback port, bound before this returns: its address.
+pub(crate) fn serve_grpc(router: tonic::transport::server::Router) -> std::net::SocketAddr {
     let incoming = TcpIncoming::bind(([127, 0, 0, 1], 0).into()).expect("a loopback port");
     let address = incoming.local_addr().expect("its address");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(RateLimitServiceServer::new(rls))
-            .serve_with_incoming(incoming),
-    );
+    tokio::spawn(router.serve_with_incoming(incoming));
     address
 }
 
