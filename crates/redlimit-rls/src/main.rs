@@ -12,11 +12,14 @@ use redlimit_rls::{
     },
 };
 
-const USAGE: &str = "usage: redlimit-rls --config DIR [--redis URL] [--listen ADDR] \
+const USAGE: &str = "usage: redlimit-rls --config DIR [--redis URL | --redis-cluster URL,URL... |
+  --redis-sentinel URL,URL... --sentinel-master NAME] [--listen ADDR] [--response-headers on] \
 [--metrics ADDR] [--failure open|closed|local] [--budget DURATION] [--quota-max N]
   [--quota-interval DURATION]
   --config   a folder of envoyproxy/ratelimit YAML files (*.yaml, *.yml), reloaded when they change
-  --redis    redis:// or rediss:// URL; without it, an in-memory limiter of this process alone
+  --redis    redis:// or rediss:// URL; without any, an in-memory limiter of this process alone
+  --redis-cluster   a Redis Cluster's nodes; --redis-sentinel: Sentinels, with --sentinel-master
+  --response-headers on: RateLimit-Limit, -Remaining and -Reset for Envoy to add
   --listen   the gRPC address (ShouldRateLimit, and grpc.health.v1); defaults to 127.0.0.1:8081
   --metrics  an address serving GET /metrics in Prometheus's text format; defaults to none
   --failure  how a check is answered when Redis does not answer in time; defaults to open
@@ -28,6 +31,10 @@ const USAGE: &str = "usage: redlimit-rls --config DIR [--redis URL] [--listen AD
 struct Args {
     config: PathBuf,
     redis: Option<String>,
+    cluster: Vec<String>,
+    sentinel: Vec<String>,
+    master: Option<String>,
+    headers: bool,
     listen: SocketAddr,
     metrics: Option<SocketAddr>,
     failure: FailurePolicy,
@@ -40,6 +47,10 @@ fn parse(args: &[String]) -> Result<Args, String> {
     let mut parsed = Args {
         config: PathBuf::new(),
         redis: None,
+        cluster: Vec::new(),
+        sentinel: Vec::new(),
+        master: None,
+        headers: false,
         listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
         metrics: None,
         failure: FailurePolicy::Open,
@@ -54,6 +65,16 @@ fn parse(args: &[String]) -> Result<Args, String> {
         match flag.as_str() {
             "--config" => config = Some(PathBuf::from(value)),
             "--redis" => parsed.redis = Some(value.clone()),
+            "--redis-cluster" => parsed.cluster = value.split(',').map(str::to_owned).collect(),
+            "--redis-sentinel" => parsed.sentinel = value.split(',').map(str::to_owned).collect(),
+            "--sentinel-master" => parsed.master = Some(value.clone()),
+            "--response-headers" => {
+                parsed.headers = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("--response-headers: {value:?} is not on or off")),
+                };
+            }
             "--listen" => {
                 parsed.listen = value
                     .parse()
@@ -91,6 +112,17 @@ fn parse(args: &[String]) -> Result<Args, String> {
         }
     }
     parsed.config = config.ok_or("--config is required")?;
+    let stores = [
+        parsed.redis.is_some(),
+        !parsed.cluster.is_empty(),
+        !parsed.sentinel.is_empty(),
+    ];
+    if stores.iter().filter(|&&s| s).count() > 1 {
+        return Err("give one of --redis, --redis-cluster and --redis-sentinel".to_owned());
+    }
+    if parsed.sentinel.is_empty() != parsed.master.is_none() {
+        return Err("--redis-sentinel and --sentinel-master go together".to_owned());
+    }
     Ok(parsed)
 }
 
@@ -134,23 +166,28 @@ async fn serve(args: Args) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let limiter = match &args.redis {
-        Some(url) => match RedisBackend::builder(url.as_str()).build() {
-            Ok(redis) => Limiter::new(redis),
-            Err(error) => {
-                eprintln!("redlimit-rls: --redis {}: {error}", redacted_url(url));
-                return ExitCode::from(2);
-            }
-        },
+    let backend = match (&args.redis, &args.master) {
+        (Some(url), _) => Some(RedisBackend::builder(url.as_str())),
+        (None, Some(master)) => Some(RedisBackend::sentinel(&args.sentinel, master.as_str())),
+        (None, None) if !args.cluster.is_empty() => Some(RedisBackend::cluster(&args.cluster)),
+        (None, None) => None,
+    };
+    let limiter = match backend.map(|builder| builder.build()) {
+        Some(Ok(redis)) => Limiter::new(redis),
+        Some(Err(error)) => {
+            eprintln!("redlimit-rls: Redis: {error}");
+            return ExitCode::from(2);
+        }
         None => Limiter::new(MemoryBackend::default()),
     };
     tracing::info!(
         rules = config.rules(),
-        backend = args.redis.as_deref().map_or("memory".to_owned(), redacted_url),
+        backend = store(&args),
         listen = %args.listen,
         "redlimit-rls serving"
     );
-    let service = RlsService::new(limiter, config, args.failure, args.budget);
+    let service =
+        RlsService::new(limiter, config, args.failure, args.budget).response_headers(args.headers);
     tokio::spawn(redlimit_rls::watch(args.config.clone(), service.clone()));
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -169,6 +206,22 @@ async fn serve(args: Args) -> ExitCode {
             eprintln!("redlimit-rls: serving on {}: {error}", args.listen);
             ExitCode::from(1)
         }
+    }
+}
+
+/// What the service decides on, for its log: no password shown.
+fn store(args: &Args) -> String {
+    let list = |urls: &[String]| {
+        urls.iter()
+            .map(|u| redacted_url(u))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match (&args.redis, &args.master) {
+        (Some(url), _) => redacted_url(url),
+        (None, Some(master)) => format!("sentinel {} ({master})", list(&args.sentinel)),
+        (None, None) if !args.cluster.is_empty() => format!("cluster {}", list(&args.cluster)),
+        (None, None) => "memory".to_owned(),
     }
 }
 

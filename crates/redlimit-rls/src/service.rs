@@ -9,6 +9,7 @@ use std::{
 
 use envoy_types::pb::{
     envoy::{
+        config::core::v3::HeaderValue,
         extensions::common::ratelimit::v3::RateLimitDescriptor,
         service::ratelimit::v3::{
             RateLimitRequest, RateLimitResponse,
@@ -45,6 +46,8 @@ struct Inner {
     failed: Mutex<Option<ConfigError>>,
     /// Guards by the ids of their rules, in order; emptied when the configuration changes.
     guards: Mutex<HashMap<Vec<u64>, GuardedLimiter>>,
+    /// Whether responses carry the RateLimit headers of the descriptor nearest its limit.
+    headers: bool,
 }
 
 /// What a request asks of one of its descriptors.
@@ -78,6 +81,27 @@ impl RlsService {
                 config: RwLock::new(Arc::new(config)),
                 failed: Mutex::default(),
                 guards: Mutex::default(),
+                headers: false,
+            }),
+        }
+    }
+
+    /// The same service, its responses carrying (`on`) Envoy's `response_headers_to_add` of
+    /// the descriptor nearest its limit, as envoyproxy/ratelimit's custom headers:
+    /// `RateLimit-Limit` (its requests per unit), `RateLimit-Remaining` and `RateLimit-Reset`
+    /// (seconds). Defaults to none.
+    #[must_use]
+    pub fn response_headers(self, on: bool) -> Self {
+        let old = &*self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                limiter: old.limiter.clone(),
+                failure: old.failure.clone(),
+                budget: old.budget,
+                config: RwLock::new(self.config()),
+                failed: Mutex::new(self.failed()),
+                guards: Mutex::default(),
+                headers: on,
             }),
         }
     }
@@ -308,14 +332,20 @@ impl RlsService {
         for ((plan, decision), &denied) in plans.iter().zip(&decided).zip(&denied) {
             count(plan, decision.as_ref(), denied);
         }
-        let statuses = plans
+        let statuses: Vec<DescriptorStatus> = plans
             .iter()
             .zip(decided)
             .map(|(plan, decision)| status(plan, decision.as_ref()))
             .collect();
+        let headers = if self.inner.headers {
+            headers(&statuses)
+        } else {
+            Vec::new()
+        };
         RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
+            response_headers_to_add: headers,
             ..RateLimitResponse::default()
         }
     }
@@ -408,4 +438,34 @@ fn count(plan: &Plan, decision: Option<&Decision>, denied: bool) {
         (Plan::Nothing(m, cost), _) => m.rule.stats.count(*cost, true, m.rule.shadow, 0, 0),
         _ => {}
     }
+}
+
+/// The RateLimit headers of the status nearest its limit (one over it first), if any has a
+/// limit.
+fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    let nearest = statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .min_by_key(|s| (s.code != Code::OverLimit as i32, s.limit_remaining));
+    let Some(nearest) = nearest else {
+        return Vec::new();
+    };
+    let limit = nearest
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = nearest
+        .duration_until_reset
+        .as_ref()
+        .map_or(0, |d| d.seconds.saturating_add(i64::from(d.nanos > 0)));
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..HeaderValue::default()
+    };
+    vec![
+        header("RateLimit-Limit", limit.to_string()),
+        header("RateLimit-Remaining", nearest.limit_remaining.to_string()),
+        header("RateLimit-Reset", reset.to_string()),
+    ]
 }

@@ -627,3 +627,48 @@ async fn negative_hits_give_back_never_past_the_limit() {
     let given = ask(&mut client, "messaging", vec![refund(10)]).await;
     assert_eq!(given.statuses[0].limit_remaining, 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_headers_name_the_descriptor_nearest_its_limit() {
+    use redlimit_rls::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+
+    let server = RedisServer::start();
+    let config = RlsConfig::from_files([("messaging.yaml", MESSAGING)]).expect("valid");
+    let limiter = Limiter::with_prefix(server.backend(), "headers").expect("prefix");
+    let rls = RlsService::new(
+        limiter,
+        config,
+        FailurePolicy::Closed,
+        Duration::from_secs(10),
+    )
+    .response_headers(true);
+    let ask = || async {
+        let request = RateLimitRequest {
+            domain: "messaging".to_owned(),
+            descriptors: vec![
+                descriptor(&[("refunds", "h")]),
+                descriptor(&[("free", "h")]),
+            ],
+            hits_addend: 0,
+        };
+        let answer = rls.should_rate_limit(tonic::Request::new(request)).await;
+        let headers = answer
+            .expect("an answer")
+            .into_inner()
+            .response_headers_to_add;
+        headers
+            .into_iter()
+            .map(|h| format!("{}: {}", h.key, h.value))
+            .collect::<Vec<_>>()
+    };
+    let first = ask().await;
+    assert_eq!(first[..2], ["RateLimit-Limit: 3", "RateLimit-Remaining: 2"]);
+    let reset: u64 = first[2]["RateLimit-Reset: ".len()..]
+        .parse()
+        .expect("seconds");
+    assert!((3_590..=3_600).contains(&reset), "{first:?}");
+    ask().await;
+    ask().await;
+    let over = ask().await;
+    assert_eq!(over[..2], ["RateLimit-Limit: 3", "RateLimit-Remaining: 0"]);
+}
