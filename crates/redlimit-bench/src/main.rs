@@ -240,6 +240,10 @@ fn main() -> ExitCode {
             &rows,
             "guard_one",
         );
+        match &own_server {
+            Some(redis) => load.block_on(rls::stalled(&url, redis, server.handle().clone())),
+            None => println!("rls stalled: needs the bench's own redis-server (no --redis)"),
+        }
     }
     if settings.runs("flood") {
         let rows = load.block_on(flood::run(&url, &settings));

@@ -82,15 +82,16 @@ impl Contender {
 }
 
 /// The service of [`CONFIG`] on `url`'s Redis, on a loopback port, served by `server` (a
-/// runtime of its own, as a service is a process of its own): a client of it.
-async fn service(url: &str, server: &Handle) -> RateLimitServiceClient<Channel> {
+/// runtime of its own, as a service is a process of its own), failing open after `budget`: a
+/// client of it.
+async fn service(url: &str, server: &Handle, budget: Duration) -> RateLimitServiceClient<Channel> {
     let config = RlsConfig::from_files([("bench.yaml", CONFIG)]).expect("a valid configuration");
-    let rls = RlsService::new(
-        redis_limiter(url, "rls"),
-        config,
-        FailurePolicy::Open,
-        Duration::from_secs(30),
-    );
+    let backend = redlimit::RedisBackend::builder(url)
+        .budget(budget)
+        .build()
+        .expect("a valid url");
+    let limiter = redlimit::Limiter::with_prefix(backend, "rls").expect("a valid prefix");
+    let rls = RlsService::new(limiter, config, FailurePolicy::Open, budget);
     // Bound inside the server's runtime, whose reactor then drives it.
     let incoming = {
         let _inside = server.enter();
@@ -132,7 +133,8 @@ fn guard(url: &str, n: usize) -> GuardedLimiter {
 
 pub(crate) async fn run(url: &str, settings: &Settings, server: Handle) -> Vec<Row> {
     let mut admin = admin(url);
-    let client = service(url, &server).await;
+    // Long enough for a loaded machine: a check that ran out of it would end the run.
+    let client = service(url, &server, Duration::from_secs(30)).await;
     let contenders: Vec<(&str, Arc<Contender>)> = vec![
         ("guard_one", Arc::new(Contender::Guard(guard(url, 1)))),
         ("rls_one", Arc::new(Contender::Rls(client.clone(), 1))),
@@ -153,4 +155,40 @@ pub(crate) async fn run(url: &str, settings: &Settings, server: Handle) -> Vec<R
         .zip(tallies)
         .map(|((name, _), tally)| tally.row("rls", name, true, None))
         .collect()
+}
+
+/// How long calls take while the bench's own Redis is paused (SIGSTOP): the service's budget
+/// of 20 ms, then its failure policy (open), answers each; the circuit opens after a few.
+pub(crate) async fn stalled(url: &str, redis: &redlimit_tests::RedisServer, server: Handle) {
+    const BUDGET: Duration = Duration::from_millis(20);
+    let client = service(url, &server, BUDGET).await;
+    let ask = Contender::Rls(client, 1);
+    // Warm: connections open, the script loaded.
+    for k in 0..100 {
+        ask.decide(&format!("warm-{k}")).await;
+    }
+    let signal = |name: &str| {
+        std::process::Command::new("kill")
+            .args([name, &redis.pid().to_string()])
+            .status()
+            .expect("kill runs");
+    };
+    signal("-STOP");
+    let mut took: Vec<Duration> = Vec::with_capacity(200);
+    for k in 0..200 {
+        let started = std::time::Instant::now();
+        ask.decide(&format!("stalled-{k}")).await;
+        took.push(started.elapsed());
+    }
+    signal("-CONT");
+    took.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "\nrls stalled (Redis paused, budget {} ms, failing open; 200 calls one after another): \
+         p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        BUDGET.as_millis(),
+        ms(took[100]),
+        ms(took[198]),
+        ms(took[199]),
+    );
 }
