@@ -25,7 +25,7 @@ use envoy_types::pb::{
 use futures_util::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::{RlsService, config::Limit};
+use crate::{config::Limit, service::RlsService};
 
 /// The quota service: [`RlsService`]'s configuration and guards, assignments of at most `max`
 /// units living at most `interval` each.

@@ -6,7 +6,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::{RlsConfig, RlsService};
+use crate::{config::RlsConfig, service::RlsService};
 
 /// How often the configuration folder is looked at.
 const EVERY: Duration = Duration::from_secs(1);
