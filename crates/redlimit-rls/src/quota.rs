@@ -50,6 +50,10 @@ pub struct RlqsService {
 /// One stream's last assignment per bucket: what a report of that bucket settles.
 type Assigned = HashMap<Vec<(String, String)>, u64>;
 
+/// The most buckets one stream's assignments are remembered for: a proxy reporting more gets
+/// them, and what it leaves unspent of the others stays counted until their window passes.
+const MAX_BUCKETS: usize = 10_000;
+
 impl RlqsService {
     /// The quota service of `rls`'s configuration and backend, assigning at most `max` units
     /// for at most `interval` at a time (a proxy's reporting interval is a good `interval`).
@@ -147,7 +151,7 @@ impl RlqsService {
         let life = self
             .interval
             .min(reset.saturating_sub(Duration::from_millis(1)));
-        if granted > 0 {
+        if granted > 0 && assigned.len() < MAX_BUCKETS {
             assigned.insert(entries, granted);
         }
         let tokens = u32::try_from(granted).unwrap_or(u32::MAX);
