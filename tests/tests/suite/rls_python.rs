@@ -26,7 +26,8 @@ fn stubs() -> &'static PathBuf {
             ready.is_ok_and(|s| s.success()),
             "python3 with grpcio and grpcio-tools is needed: python3 -m pip install grpcio grpcio-tools"
         );
-        let out = std::env::temp_dir().join(format!("redlimit-envoy-stubs-{}", std::process::id()));
+        // Under the target folder, which cargo keeps for tests' files: nothing left in /tmp.
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("envoy-stubs");
         let built = Command::new("python3")
             .arg(scripts().join("envoy_stubs.py"))
             .arg(envoy_protos())
