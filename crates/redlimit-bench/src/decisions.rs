@@ -10,7 +10,7 @@ use redlimit::{Algorithm, KeyScheme, Limiter, MemoryBackend, Policy, RedisBacken
 
 use crate::{
     Settings,
-    drive::{Schedule, interleaved},
+    drive::{self, Decide, Schedule, over_clients},
     report::Row,
 };
 
@@ -42,7 +42,7 @@ enum Contender {
     Limiters(Limiter, Vec<Policy>),
 }
 
-impl Contender {
+impl Decide for Contender {
     async fn decide(&self, client: &str) {
         match self {
             Self::Naive { conn, sha1 } => {
@@ -88,7 +88,9 @@ impl Contender {
             }
         }
     }
+}
 
+impl Contender {
     fn key(&self, client: &str) -> String {
         match self {
             Self::Naive { .. } => naive_key(client),
@@ -213,15 +215,7 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
             policy(Algorithm::FixedWindow, 100),
         )),
     ));
-    let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
-    let tallies = interleaved(&contenders, settings, &mut admin, |(_, contender)| {
-        let (contender, clients) = (Arc::clone(contender), Arc::clone(&clients));
-        move |key: usize| {
-            let (contender, clients) = (Arc::clone(&contender), Arc::clone(&clients));
-            async move { contender.decide(&clients[key]).await }
-        }
-    })
-    .await;
+    let tallies = over_clients(&contenders, settings, &mut admin).await;
     contenders
         .iter()
         .zip(tallies)
@@ -231,7 +225,7 @@ pub(crate) async fn run(url: &str, settings: &Settings) -> Vec<Row> {
                 .then(|| {
                     let keys = Schedule::new(settings)
                         .last_round_keys()
-                        .map(|k| contender.key(&clients[k]));
+                        .map(|k| contender.key(&drive::client(k)));
                     bytes_per_key(&mut admin, keys)
                 })
                 .flatten();

@@ -65,6 +65,35 @@ where
     tallies
 }
 
+/// The `k`th client's name.
+pub(crate) fn client(k: usize) -> String {
+    format!("client-{k}")
+}
+
+/// A contender that decides for a client, as [`over_clients`] drives it.
+pub(crate) trait Decide: Send + Sync + 'static {
+    /// Decides one request of `client`.
+    fn decide(&self, client: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// Runs each contender's decisions over the clients `client-0` to `client-{K-1}` in interleaved
+/// rounds (see [`interleaved`]).
+pub(crate) async fn over_clients<N, C: Decide>(
+    contenders: &[(N, Arc<C>)],
+    settings: &Settings,
+    admin: &mut redis::Connection,
+) -> Vec<Tally> {
+    let clients: Arc<[String]> = (0..settings.keys).map(client).collect();
+    interleaved(contenders, settings, admin, |(_, contender)| {
+        let (contender, clients) = (Arc::clone(contender), Arc::clone(&clients));
+        move |key: usize| {
+            let (contender, clients) = (Arc::clone(&contender), Arc::clone(&clients));
+            async move { contender.decide(&clients[key]).await }
+        }
+    })
+    .await
+}
+
 /// Which key each call uses: task `task`'s `j`th call of `round` uses key
 /// (round × N / R + task + j × C) mod K, so concurrent calls use different keys and the rounds
 /// sweep the keys in turn. N / R / C calls a task, a round; the remainder of N is not run.

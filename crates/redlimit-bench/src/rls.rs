@@ -21,7 +21,7 @@ use tonic::transport::{Channel, server::TcpIncoming};
 use crate::{
     Settings,
     decisions::{admin, redis_limiter},
-    drive::interleaved,
+    drive::{Decide, over_clients},
     report::Row,
 };
 
@@ -48,7 +48,7 @@ enum Contender {
 /// The descriptor keys, in the configuration's order.
 const KEYS: [&str; 3] = ["remote_address", "api_key", "path"];
 
-impl Contender {
+impl Decide for Contender {
     async fn decide(&self, client: &str) {
         match self {
             Self::Guard(guard) => {
@@ -141,15 +141,7 @@ pub(crate) async fn run(url: &str, settings: &Settings, server: Handle) -> Vec<R
         ("guard_three", Arc::new(Contender::Guard(guard(url, 3)))),
         ("rls_three", Arc::new(Contender::Rls(client, 3))),
     ];
-    let clients: Arc<[String]> = (0..settings.keys).map(|k| format!("client-{k}")).collect();
-    let tallies = interleaved(&contenders, settings, &mut admin, |(_, contender)| {
-        let (contender, clients) = (Arc::clone(contender), Arc::clone(&clients));
-        move |key: usize| {
-            let (contender, clients) = (Arc::clone(&contender), Arc::clone(&clients));
-            async move { contender.decide(&clients[key]).await }
-        }
-    })
-    .await;
+    let tallies = over_clients(&contenders, settings, &mut admin).await;
     contenders
         .iter()
         .zip(tallies)
