@@ -66,7 +66,10 @@ pub(crate) fn worker(args: &[String]) -> ExitCode {
     let (Some(&[limit, checks, at_once]), Some(&(_, algorithm, grants))) =
         (numbers.as_deref(), contender)
     else {
-        eprintln!("redlimit-bench {WORKER}: {args:?} names no contender and three counts");
+        // Not the arguments themselves: the URL may hold a password.
+        eprintln!(
+            "redlimit-bench {WORKER}: {name:?} is no contender, or the three counts are not numbers"
+        );
         return ExitCode::from(2);
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
