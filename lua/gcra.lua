@@ -19,19 +19,37 @@ local function gcra_functions()
   local at_limit, at_window, interval, suffix = nil, nil, nil, nil
   -- States by suffix, then TAT; TTLs.
   local states, ttls = texts_by(function(suffix) return suffix end), texts()
+  -- What this call wrote at each key: its TAT (false where it deleted the key) and ':interval'
+  -- text. A script runs alone and its keys do not expire while it runs, so a client checked
+  -- again in the same call (a hot one) is read from here, not from Redis: one command a
+  -- decision, its write, where the other read and wrote. Redis instructions per decision,
+  -- uniform / Zipf keys, measured as the SET NX GET below: 23,014 / 28,857 -> 24,461 / 26,652
+  -- (a table entry per client costs where clients do not repeat, and saves a read where they
+  -- do).
+  local wrote_tat, wrote_suffix = {}, {}
 
-  -- The TAT at key at now_us under interval (suffix its ':interval' text): never before now.
-  local function gcra_tat(key, interval, suffix, now_us)
-    local v = redis.call('GET', key)
-    if not v then
-      return now_us
+  -- Sets key to the TAT tat reached by suffix's interval, owing reset ms.
+  local function gcra_write(key, tat, suffix, reset)
+    redis.call('SET', key, states[suffix][tat], 'PX', ttls[reset])
+    wrote_tat[key], wrote_suffix[key] = tat, suffix
+  end
+
+  -- The TAT at key at now_us under interval (suffix its ':interval' text), from v, the key's
+  -- value (read when this call has not written it and v is nil): never before now.
+  local function gcra_tat(key, interval, suffix, now_us, v)
+    local tat, was = wrote_tat[key], wrote_suffix[key]
+    if tat == nil then
+      v = v or redis.call('GET', key)
+      if not v then
+        return now_us
+      end
+      tat, was = match(v, '^(%d+)(:%d+)$')
+      if not tat or #tat > 16 or #was > 17 or was == ':0' then
+        corrupt(key, 'is not a GCRA state')
+      end
+      tat = tonumber(tat)
     end
-    local tat, was = match(v, '^(%d+)(:%d+)$')
-    if not tat or #tat > 16 or #was > 17 or was == ':0' then
-      corrupt(key, 'is not a GCRA state')
-    end
-    tat = tonumber(tat)
-    if tat <= now_us then
+    if not tat or tat <= now_us then
       return now_us
     elseif was ~= suffix then
       -- The same operations as the memory backend's, so both round alike.
@@ -43,7 +61,7 @@ local function gcra_functions()
   local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance, suffix)
     local owed = new_tat - now_us
     local reset = floor((owed + 999) / 1000)
-    redis.call('SET', key, states[suffix][new_tat], 'PX', ttls[reset])
+    gcra_write(key, new_tat, suffix, reset)
     return floor(max(tolerance - owed, 0) / interval), reset
   end
 
@@ -52,6 +70,7 @@ local function gcra_functions()
   local function gcra_put(key, limit, window, burst, now_us, tat, interval, suffix)
     if tat == now_us then
       redis.call('DEL', key)
+      wrote_tat[key] = false
       return burst, 0
     end
     return gcra_take(key, limit, window, burst, now_us, 0, tat, interval, burst * interval, suffix)
@@ -68,7 +87,22 @@ local function gcra_functions()
       suffix = ':' .. str(interval)
     end
     local tolerance = burst * interval
-    local owed = gcra_tat(key, interval, suffix, now_us) - now_us
+    local v = nil
+    if cost > 0 and cost <= burst and not only_decide and wrote_tat[key] == nil then
+      -- An absent key owes nothing (its TTL ends when its TAT is reached), so the admission
+      -- it must then be is written by the read itself, the key set only where it is absent:
+      -- one command of state, not two, for a client back within its rate. Redis instructions
+      -- per decision, uniform / Zipf keys (`redlimit-bench --mode instructions --decisions
+      -- 40000`): 28,127 / 31,037 -> 23,014 / 28,857.
+      local owed = cost * interval
+      local reset = floor((owed + 999) / 1000)
+      v = redis.call('SET', key, states[suffix][now_us + owed], 'NX', 'GET', 'PX', ttls[reset])
+      if not v then
+        wrote_tat[key], wrote_suffix[key] = now_us + owed, suffix
+        return 1, floor((tolerance - owed) / interval), reset, slack_us > 0 and 0 or -1
+      end
+    end
+    local owed = gcra_tat(key, interval, suffix, now_us, v) - now_us
     local new_owed = owed + cost * interval
     local allowed, wait = 1, -1
     if cost > burst then
@@ -81,7 +115,7 @@ local function gcra_functions()
     if allowed == 1 and cost > 0 and not only_decide then
       -- gcra_take's write, here to save a call.
       local reset = floor((new_owed + 999) / 1000)
-      redis.call('SET', key, states[suffix][now_us + new_owed], 'PX', ttls[reset])
+      gcra_write(key, now_us + new_owed, suffix, reset)
       return 1, floor(max(tolerance - new_owed, 0) / interval), reset, wait
     end
     local remaining, reset = floor(max(tolerance - owed, 0) / interval), floor((owed + 999) / 1000)

@@ -2,23 +2,38 @@
 -- the last refill (ms). limit tokens per window refill it, burst tokens fill it. What was taken,
 -- not what is left, is kept, so the state means the same under any limit or burst: a raised
 -- burst has room for the difference at once, a lowered one waits for what was taken beyond it.
--- One string (GET, then SET ... PX) rather than a hash (HMGET, HSET, PEXPIRE): a command less
--- per admission.
+-- One string (GET, then SET ... PX; or SET ... NX GET alone, see token_bucket_alone) rather than
+-- a hash (HMGET, HSET, PEXPIRE): a command less per admission.
 -- Made by token_bucket_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's: a table of
 -- them by name (see the prelude).
 local function token_bucket_functions()
-  -- The tokens taken (x window) at now, and the time refills count from.
-  local function bucket_now(key, rate, now)
-    local v = redis.call('GET', key)
-    if not v then
+  -- What this call wrote at each key: the tokens taken (false where it deleted the key) and
+  -- the last refill. A script runs alone and its keys do not expire while it runs, so a client
+  -- checked again in the same call (a hot one) is read from here, not from Redis: one command a
+  -- decision, its write, where the other read and wrote. Redis instructions per decision,
+  -- uniform / Zipf keys, measured as the SET NX GET below: 24,333 / 30,372 -> 25,672 / 27,958
+  -- (a table entry per client costs where clients do not repeat, and saves a read where they
+  -- do).
+  local wrote_used, wrote_last = {}, {}
+
+  -- The tokens taken (x window) at now, and the time refills count from; from v, the key's
+  -- value (read when this call has not written it and v is nil).
+  local function bucket_now(key, rate, now, v)
+    local used, last = wrote_used[key], wrote_last[key]
+    if used == nil then
+      v = v or redis.call('GET', key)
+      if not v then
+        return 0, now
+      end
+      used, last = match(v, '^(%d+):(%d+)$')
+      if not used or #used > 16 or #last > 16 then
+        corrupt(key, 'is not a token bucket')
+      end
+      used, last = tonumber(used), tonumber(last)
+    elseif not used then
       return 0, now
     end
-    local used, last = match(v, '^(%d+):(%d+)$')
-    if not used or #used > 16 or #last > 16 then
-      corrupt(key, 'is not a token bucket')
-    end
-    used, last = tonumber(used), tonumber(last)
     if last >= now then
       return used, last
     elseif now - last >= ceil_div(used, rate) then
@@ -37,9 +52,11 @@ local function token_bucket_functions()
     local reset = lag + ceil_div(used, rate)
     if reset > 0 then
       redis.call('SET', key, states[last][used], 'PX', ttls[reset])
+      wrote_used[key], wrote_last[key] = used, last
     else
       -- Nothing taken: a full bucket, as an absent key is.
       redis.call('DEL', key)
+      wrote_used[key] = false
     end
     return div(max(burst * window - used, 0), window), reset
   end
@@ -48,7 +65,22 @@ local function token_bucket_functions()
   -- 36,553 -> 33,302.
   local function token_bucket_alone(key, rate, window, burst, now_us, cost, _, _, only_decide)
     local now = ms_of(now_us)
-    local used, last = bucket_now(key, rate, now)
+    local v = nil
+    if cost > 0 and cost <= burst and not only_decide and wrote_used[key] == nil then
+      -- An absent key is a full bucket (its TTL ends when the bucket refills), so the admission
+      -- it must then be is written by the read itself, the key set only where it is absent:
+      -- one command of state, not two, for a client back within its rate. Redis instructions
+      -- per decision, uniform / Zipf keys (`redlimit-bench --mode instructions --decisions
+      -- 40000`): 30,397 / 33,320 -> 24,333 / 30,372.
+      local needed = cost * window
+      local reset = ceil_div(needed, rate)
+      v = redis.call('SET', key, states[now][needed], 'NX', 'GET', 'PX', ttls[reset])
+      if not v then
+        wrote_used[key], wrote_last[key] = needed, now
+        return 1, div(burst * window - needed, window), reset, -1
+      end
+    end
+    local used, last = bucket_now(key, rate, now, v)
     -- Refills count from last, which is later than now when time stepped back: every wait
     -- starts there.
     local lag = last - now
