@@ -16,8 +16,9 @@ local state = {}
 if kind == 'hash' then
   state = redis.call('HGETALL', key)
 elseif kind == 'string' then
-  -- Named by the client, which knows the algorithm (GCRA's time, or a fixed window's numbers).
-  state = { 'value', redis.call('GET', key) }
+  -- Named by the client, which knows the algorithm (GCRA's time, or a fixed window's numbers);
+  -- as text where an algorithm packs it (its text).
+  state = { 'value', p.text and p.text(key) or redis.call('GET', key) }
 elseif kind == 'zset' then
   state = { 'entries', str(redis.call('ZCARD', key)) }
 end

@@ -27,7 +27,7 @@ local function read_sets(argv)
       local fns = algorithm(name)
       local p = {
         decide = fns.decide, take = fns.take, settle = fns.settle, alone = fns.alone, untake = fns.untake,
-        refund = fns.refund,
+        refund = fns.refund, text = fns.text,
         limit = tonumber(argv[a + 2]),
         window = tonumber(argv[a + 3]), burst = tonumber(argv[a + 4]),
         overrides = flags % (2 * OVERRIDES) >= OVERRIDES,

@@ -43,7 +43,14 @@ local function sliding_window_log_functions()
       redis.call('ZREMRANGEBYSCORE', key, '-inf', text[now - window])
     end
     local reset = max(newest, now) + window - now
-    redis.call('PEXPIRE', key, text[reset])
+    -- The key's TTL is set at the first admission of each quarter of a window, not at every
+    -- one: set then, it outlasts every entry of that quarter by a quarter (and a clock skewed
+    -- by as much). Redis instructions per decision, uniform / Zipf keys (`redlimit-bench
+    -- --mode instructions --decisions 40000`): 53,929 / 50,144 -> 49,955 / 48,452.
+    local quarter = max(floor(window / 4), 1)
+    if newest < 0 or floor(newest / quarter) ~= floor(now / quarter) then
+      redis.call('PEXPIRE', key, text[reset + quarter])
+    end
     return limit - count - cost, reset
   end
 

@@ -50,7 +50,7 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
                 .arg("m")
                 .clone(),
         ],
-        // 'w:p:c', or the hash of the versions before, read alike.
+        // The text 'w:p:c' and the hash of versions before, read alike.
         Algorithm::SlidingWindowCounter => vec![
             set("1:0"),
             set("x:0:1"),

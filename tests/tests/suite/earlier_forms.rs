@@ -1,6 +1,7 @@
-//! State written by earlier versions: a sliding counter kept as a hash (`w`, `p`, `c`) is read as
-//! the string `w:p:c` that replaced it, decides alike, and is rewritten as a string by the next
-//! admission, keeping its deadline.
+//! State written by earlier versions: a sliding counter kept as a hash (`w`, `p`, `c`), or as the
+//! text `w:p:c` that replaced it, is read as the packed string that replaced both (three
+//! big-endian 8-byte integers), decides alike, and is rewritten packed by the next admission,
+//! keeping its deadline.
 
 use deadpool_redis::redis;
 use redlimit::Algorithm;
@@ -9,7 +10,7 @@ use redlimit_tests::RedisServer;
 use crate::support::{T0, alone, at_ms, policy};
 
 #[tokio::test]
-async fn a_sliding_counter_kept_as_a_hash_is_read_alike_and_rewritten_as_a_string() {
+async fn a_sliding_counter_kept_as_a_hash_or_text_is_read_alike_and_rewritten_packed() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     let mut connection = server.connection();
@@ -49,19 +50,25 @@ async fn a_sliding_counter_kept_as_a_hash_is_read_alike_and_rewritten_as_a_strin
             "{client}: 5 left before it, 4 after"
         );
     }
-    let kind: String = redis::cmd("TYPE")
-        .arg(&key)
-        .query(&mut connection)
-        .expect("TYPE");
-    assert_eq!(kind, "string", "rewritten by the admission");
-    let value: String = redis::cmd("GET")
-        .arg(&key)
-        .query(&mut connection)
-        .expect("GET");
-    assert_eq!(value, format!("{index}:6:3"));
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(&key)
-        .query(&mut connection)
-        .expect("PTTL");
-    assert!(ttl > 80_000 && ttl <= 90_000, "its deadline kept: {ttl}");
+    for k in [&key, &string] {
+        let kind: String = redis::cmd("TYPE")
+            .arg(k)
+            .query(&mut connection)
+            .expect("TYPE");
+        assert_eq!(kind, "string", "rewritten by the admission");
+        let value: Vec<u8> = redis::cmd("GET")
+            .arg(k)
+            .query(&mut connection)
+            .expect("GET");
+        let numbers: Vec<u64> = value
+            .chunks(8)
+            .map(|n| u64::from_be_bytes(n.try_into().expect("8 bytes")))
+            .collect();
+        assert_eq!(numbers, [index, 6, 3], "packed: {value:?}");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(k)
+            .query(&mut connection)
+            .expect("PTTL");
+        assert!(ttl > 80_000 && ttl <= 90_000, "its deadline kept: {ttl}");
+    }
 }
