@@ -186,14 +186,16 @@ fn main() -> ExitCode {
              CPU per decision; cmds/dec = script calls per decision; median of {} rounds)",
             saturation::rounds(&settings)
         );
-        report::print(&title, &uniform, decisions::NAIVE);
-        saturation::print_sums(&uniform, "Redis µs", |row| row.redis_us_per_decision);
+        report::print(&title, &uniform.rows, decisions::NAIVE);
+        saturation::print_sums(&uniform.rows, "Redis µs", |row| row.redis_us_per_decision);
+        uniform.print_paired();
         report::print(
             "saturation, Zipf keys (s = 1.1 over K)",
-            &zipf,
+            &zipf.rows,
             decisions::NAIVE,
         );
-        saturation::print_sums(&zipf, "Redis µs", |row| row.redis_us_per_decision);
+        saturation::print_sums(&zipf.rows, "Redis µs", |row| row.redis_us_per_decision);
+        zipf.print_paired();
     }
     if settings.runs("saturate") {
         if saturate::available() {

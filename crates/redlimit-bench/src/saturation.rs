@@ -373,8 +373,65 @@ pub(crate) fn rounds(settings: &Settings) -> usize {
     settings.rounds.clamp(1, most)
 }
 
-/// The rows of both key distributions, each contender's rounds interleaved with the others'.
-pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Row>) {
+/// One key distribution's figures: each contender's median row, and its rows by round.
+pub(crate) struct Measured {
+    pub(crate) rows: Vec<Row>,
+    /// `rounds[c][r]`: contender `c`'s row of round `r`, contenders in the order of `rows`.
+    rounds: Vec<Vec<Row>>,
+}
+
+impl Measured {
+    /// Prints each contender's Redis CPU per decision over the naive script's in the same
+    /// round, and each combined check's over its members' sum in the same round: the median
+    /// and the range over the rounds. Paired by round, so that a machine that slows or speeds
+    /// up between rounds moves both sides of a ratio alike; the table's ratios are of medians
+    /// taken apart.
+    pub(crate) fn print_paired(&self) {
+        let cpu = |row: &Row| row.redis_us_per_decision.unwrap_or(f64::NAN);
+        let at = |name: &str| self.rows.iter().position(|row| row.contender == name);
+        let Some(naive) = at(NAIVE) else {
+            return;
+        };
+        let rounds = self.rounds[naive].len();
+        println!(
+            "paired by round (Redis µs over the same round's; median, min–max of {rounds} rounds)"
+        );
+        for (row, by_round) in self.rows.iter().zip(&self.rounds) {
+            if row.contender != NAIVE {
+                let ratios = by_round
+                    .iter()
+                    .zip(&self.rounds[naive])
+                    .map(|(row, base)| cpu(row) / cpu(base));
+                println!("  {} × naive: {}", row.contender, spread(ratios));
+            }
+        }
+        for (name, members, _) in COMBINED {
+            let members: Option<Vec<usize>> = members.iter().map(|m| at(m.name())).collect();
+            if let Some((combined, members)) = at(name).zip(members) {
+                let ratios = (0..rounds).map(|r| {
+                    let sum: f64 = members.iter().map(|&m| cpu(&self.rounds[m][r])).sum();
+                    cpu(&self.rounds[combined][r]) / sum
+                });
+                println!("  {name} against its members' sum: {}", spread(ratios));
+            }
+        }
+    }
+}
+
+/// The median of `ratios` and their range, as `median (min–max)`.
+fn spread(ratios: impl Iterator<Item = f64>) -> String {
+    let mut ratios: Vec<f64> = ratios.collect();
+    ratios.sort_by(f64::total_cmp);
+    match (ratios.first(), ratios.last()) {
+        (Some(min), Some(max)) => {
+            format!("{:.3} ({min:.3}–{max:.3})", ratios[ratios.len() / 2])
+        }
+        _ => "no rounds".to_owned(),
+    }
+}
+
+/// The figures of both key distributions, each contender's rounds interleaved with the others'.
+pub(crate) fn run(url: &str, settings: &Settings) -> (Measured, Measured) {
     let mut admin = admin(url);
     let naive_sha1: String = redis::cmd("SCRIPT")
         .arg("LOAD")
@@ -399,10 +456,13 @@ pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Row>) {
                 ));
             }
         }
-        tables.push(rows.into_iter().map(merge).collect());
+        tables.push(Measured {
+            rows: rows.iter().cloned().map(merge).collect(),
+            rounds: rows,
+        });
     }
-    let zipf = tables.pop().unwrap_or_default();
-    let uniform = tables.pop().unwrap_or_default();
+    let zipf = tables.pop().expect("the Zipf table");
+    let uniform = tables.pop().expect("the uniform table");
     (uniform, zipf)
 }
 
