@@ -1,5 +1,5 @@
 -- Entry for any requests of any policies, decided in order at one time (see protocol.lua for
--- the arguments). Reply, per request: four integers per policy (as one.lua's; a ban's denial
+-- the arguments). Reply, packed (see packed in prelude.lua), per request: four integers per policy (as one.lua's; a ban's denial
 -- replies allowed = 2), then the numbers in force of each policy that takes overrides (its
 -- limit, window (ms) and burst: the policy's, or the client's override's), then for a
 -- reservation the time it was taken at (us; 0 for a retry), then for a grant (GRANT) how much
@@ -8,8 +8,8 @@
 -- a lease expires when refused (-1 when granted). A request consumes nothing unless every one
 -- of its policies admits and its lease is granted; then each one's reply is its quota after the
 -- request, otherwise before it. The lease's answer is not remembered with the rest: a retry of
--- a request id takes a lease of its own, since it runs again while holding it. A banned client is denied until its ban ends, and every denial
--- by a policy that bans counts towards a ban.
+-- a request id takes a lease of its own, since it runs again while holding it. A banned client
+-- is denied until its ban ends, and every denial by a policy that bans counts towards a ban.
 
 local sets, first = read_sets(ARGV)
 -- done: the length of out once its last whole reply was written.
@@ -327,4 +327,4 @@ if not ok then
     out[i] = nil
   end
 end
-return out
+return packed(out)

@@ -1,5 +1,6 @@
 -- Entry for one request of one policy that neither takes overrides nor bans: the protocol of
--- protocol.lua, read at fixed places, so the lean script builds no table. Reply: allowed
+-- protocol.lua, read at fixed places, so the lean script builds no table. Reply, packed (see
+-- packed in prelude.lua): allowed
 -- (1/0), remaining, reset (ms), retry (ms), then for a reservation the time it was taken at
 -- (us; 0 for a retry, which took nothing).
 local limit, window, burst = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -18,7 +19,7 @@ if once then
     if #reply ~= (reserve and 5 or 4) then
       corrupt(idem, 'holds the reply of another request')
     end
-    return reply
+    return packed(reply)
   end
 end
 local now_us = clock(ARGV[1])
@@ -33,4 +34,4 @@ end
 if reserve then
   reply[5] = now_us
 end
-return reply
+return packed(reply)

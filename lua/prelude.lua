@@ -189,3 +189,10 @@ local function remember(idem, reply, first, last, window)
   end
 end
 
+
+-- A check's reply: the integers of out as one MessagePack array (cmsgpack, in Redis's Lua), which
+-- Redis sends as one bulk string and the client reads without a parser of RESP values, where an
+-- array costs it a parsed value per integer.
+local function packed(out)
+  return cmsgpack.pack(out)
+end

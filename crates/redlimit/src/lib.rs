@@ -153,8 +153,9 @@ pub fn script_of(policies: &[Policy]) -> &'static str {
 /// The `EVALSHA` command the Redis backend sends for one check of cost 1 of `policies` for
 /// `client` at Redis `TIME`, its keys named by `keys`: the script named by `sha1` (that of
 /// [`script_of`]`(policies)`), its `KEYS` and its `ARGV` as `lua/protocol.lua` reads them. For
-/// replaying checks through another client, or measuring against; its reply is four integers
-/// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never).
+/// replaying checks through another client, or measuring against; its reply is one MessagePack
+/// array of integers, four per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2
+/// for never).
 ///
 /// ```
 /// use std::time::Duration;

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use deadpool_redis::redis::{Cmd, RedisError};
+use deadpool_redis::redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
 
 use super::{scripts::Script, stored_state};
 use crate::{
@@ -508,6 +508,66 @@ impl Call {
     }
 }
 
+/// A script's integers: a check's reply, one MessagePack array of integers (see `packed` in
+/// `lua/prelude.lua`), or another script's array of integers.
+pub(crate) struct Integers(pub(crate) Vec<i64>);
+
+impl FromRedisValue for Integers {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        match value {
+            Value::BulkString(bytes) => unpack(&bytes).map(Self).ok_or_else(|| {
+                format!(
+                    "a reply of {} bytes that is not packed integers",
+                    bytes.len()
+                )
+                .into()
+            }),
+            other => Vec::from_redis_value(other).map(Self),
+        }
+    }
+}
+
+/// The integers of a MessagePack array of integers, as Redis's cmsgpack writes them; `None`
+/// for anything else, or for bytes left over.
+fn unpack(bytes: &[u8]) -> Option<Vec<i64>> {
+    let mut rest = bytes;
+    let mut take = |n: usize| -> Option<u64> {
+        let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
+        rest = tail;
+        Some(
+            head.iter()
+                .fold(0, |value, &byte| value << 8 | u64::from(byte)),
+        )
+    };
+    let len = match take(1)? {
+        head @ 0x90..=0x9f => head - 0x90,
+        0xdc => take(2)?,
+        0xdd => take(4)?,
+        _ => return None,
+    };
+    // Each integer is at least a byte: a length past the bytes is a lie, not an allocation.
+    let mut integers = Vec::with_capacity(usize::try_from(len).ok()?.min(bytes.len()));
+    for _ in 0..len {
+        // Two's complement reinterpretation is the point of each cast.
+        #[allow(clippy::cast_possible_wrap, clippy::cast_possible_truncation)]
+        let integer = match take(1)? {
+            head @ 0x00..=0x7f => head as i64,
+            head @ 0xe0..=0xff => i64::from(head as u8 as i8),
+            0xcc => take(1)? as i64,
+            0xcd => take(2)? as i64,
+            0xce => take(4)? as i64,
+            0xcf => i64::try_from(take(8)?).ok()?,
+            0xd0 => i64::from(take(1)? as u8 as i8),
+            0xd1 => i64::from(take(2)? as u16 as i16),
+            0xd2 => i64::from(take(4)? as u32 as i32),
+            0xd3 => take(8)? as i64,
+            _ => return None,
+        };
+        integers.push(integer);
+    }
+    rest.is_empty().then_some(integers)
+}
+
 /// How many integers a reply's numbers in force of one overridable policy are.
 const IN_FORCE: usize = 3;
 
@@ -692,6 +752,49 @@ mod tests {
     use deadpool_redis::redis::Arg as Sent;
 
     use super::*;
+
+    #[test]
+    fn packed_integers_of_every_width_are_read_and_anything_else_refused() {
+        let mut array16 = vec![0xdc, 0x00, 0x10];
+        array16.extend([0x05; 16]);
+        let cases: &[(&[u8], Option<Vec<i64>>)] = &[
+            (&[0x90], Some(vec![])),
+            (&[0x94, 0x01, 0x7f, 0xff, 0xe0], Some(vec![1, 127, -1, -32])),
+            (
+                &[
+                    0x93, 0xcc, 0xff, 0xcd, 0x01, 0x00, 0xce, 0x00, 0x01, 0x00, 0x00,
+                ],
+                Some(vec![255, 256, 65_536]),
+            ),
+            (
+                &[
+                    0x92, 0xcf, 0x00, 0x1f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xd0, 0x80,
+                ],
+                Some(vec![(1 << 53) - 1, -128]),
+            ),
+            (
+                &[
+                    0x93, 0xd1, 0xff, 0x00, 0xd2, 0xff, 0xff, 0x00, 0x00, 0xd3, 0xff, 0xff, 0xff,
+                    0xff, 0xff, 0xff, 0xff, 0xfe,
+                ],
+                Some(vec![-256, -65_536, -2]),
+            ),
+            (&array16, Some(vec![5; 16])),
+            // A double, a string, a short array, bytes left over, a length past the bytes,
+            // a u64 past i64, and not an array.
+            (&[0x91, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0], None),
+            (&[0x91, 0xa1, b'x'], None),
+            (&[0x92, 0x01], None),
+            (&[0x91, 0x01, 0x01], None),
+            (&[0xdd, 0xff, 0xff, 0xff, 0xff], None),
+            (&[0x91, 0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0], None),
+            (&[0x01], None),
+            (&[], None),
+        ];
+        for (bytes, integers) in cases {
+            assert_eq!(&unpack(bytes), integers, "{bytes:02x?}");
+        }
+    }
 
     fn policy(name: &str, algorithm: Algorithm, limit: u64) -> Policy {
         Policy::builder(name, algorithm)

@@ -9,7 +9,7 @@ use deadpool_redis::redis::{
 
 use super::{
     RedisBackend,
-    protocol::Call,
+    protocol::{Call, Integers},
     refusal,
     scripts::{Script, Scripts},
 };
@@ -26,7 +26,7 @@ impl RedisBackend {
     ) -> Result<Vec<i64>, Error> {
         let inner = &self.inner;
         let (mut conn, generation) = self.connection().await?;
-        let mut reply = self.run::<Vec<i64>>(call, script, &mut conn).await;
+        let mut reply = self.integers(call, script, &mut conn).await;
         if inner.repair && matches!(&reply, Err(err) if call.is_repairable(err)) {
             // Opted in: what cannot be read is deleted, and the check starts over.
             let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
@@ -39,7 +39,7 @@ impl RedisBackend {
                     target: "redlimit",
                     "deleted a client's corrupt limiter state and checked again"
                 );
-                reply = self.run(call, script, &mut conn).await;
+                reply = self.integers(call, script, &mut conn).await;
             }
         }
         reply.map_err(|err| {
@@ -60,7 +60,7 @@ impl RedisBackend {
         let script = script(&self.inner.scripts);
         self.within_budget(async {
             let (mut conn, _) = self.connection().await?;
-            self.run(&call, script, &mut conn)
+            self.integers(&call, script, &mut conn)
                 .await
                 .map_err(|err| call.error(err))
         })
@@ -75,6 +75,18 @@ impl RedisBackend {
         tokio::time::timeout(self.inner.budget, attempt)
             .await
             .unwrap_or_else(|_| Err(self.timed_out(self.inner.budget)))
+    }
+
+    /// The integers `script` answers `call` with, packed (a check's) or not.
+    async fn integers(
+        &self,
+        call: &Call,
+        script: &Script,
+        conn: &mut (impl ConnectionLike + Send),
+    ) -> Result<Vec<i64>, RedisError> {
+        self.run::<Integers>(call, script, conn)
+            .await
+            .map(|integers| integers.0)
     }
 
     /// `script` for `call` by `EVALSHA`, or by `EVAL` on a node that lacks it.
