@@ -192,7 +192,11 @@ end
 
 -- A check's reply: the integers of out as one MessagePack array (cmsgpack, in Redis's Lua), which
 -- Redis sends as one bulk string and the client reads without a parser of RESP values, where an
--- array costs it a parsed value per integer.
+-- array cost it a parsed value per integer: the bench's client process ran 3.40 -> 2.82 billion
+-- instructions for 120,000 fixed-window decisions beside the naive script's (valgrind, the
+-- saturation mode at N = 60,000, one round), while Redis runs some 200 more per decision
+-- (16,204 -> 16,459 for a fixed window, --mode instructions). 8-byte integers by struct.pack
+-- cost Redis some 450 more.
 local function packed(out)
   return cmsgpack.pack(out)
 end

@@ -14,6 +14,8 @@
 -- most once: the key is set by the first), then its set's policies' in order, each its
 -- key, its override key when OVERRIDES, and its strikes and ban keys when BAN, then its lease
 -- set's key when LEASE.
+-- Reply: a check's (check.lua, one.lua) is its integers as one MessagePack array (packed, in
+-- prelude.lua); settle.lua's is an array of integers; inspect.lua's is described there.
 
 -- The call's policy sets, read once per call: each set a list of policies, each policy a table
 -- of its algorithm's functions and numbers, plain when it is one policy without overrides or
