@@ -281,7 +281,7 @@ fn fail(group: Vec<Waiting>, err: &Error) {
 impl Drop for Turn {
     fn drop(&mut self) {
         let batch = self.redis.inner.batcher.with(self.slot, |state| {
-            let mut batch = Vec::new();
+            let mut batch = Vec::with_capacity(state.queue.len().min(MAX_MEMBERS));
             let mut bytes = 0;
             while let Some(waiting) = state.queue.front() {
                 let size = waiting.member.call.size();
