@@ -124,9 +124,9 @@ struct ReadmeDoctests;
 /// in milliseconds, burst and flags; then to the end, per request, its cost and its head (its
 /// flags plus `SET_STEP`, a local at the script's head, times its set's number, from 1; with
 /// the flag `REPEAT` a head stands for a run of requests alike but for their keys, and the
-/// run's length follows); [`check_command`] writes them. Reply, per request: four integers
-/// per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never). For
-/// preloading with `SCRIPT LOAD`, or for measuring against.
+/// run's length follows); [`check_command`] writes them. Reply: one MessagePack array of
+/// integers, per request four per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or
+/// -2 for never). For preloading with `SCRIPT LOAD`, or for measuring against.
 pub const SCRIPT: &str = backend::redis::CHECK;
 
 /// The Lua source of the script the Redis backend runs for a check of `policies` for one client:
