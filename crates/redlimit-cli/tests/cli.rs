@@ -450,21 +450,18 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
         assert!(checked.expect("a check")[0].allowed);
     }
     let url = server.url();
-    let named = [
-        "--policy",
-        "login:fixed_window_anchored:5/15m",
-        "--redis",
-        &url,
-        "--prefix",
-        "shop",
-    ];
-    let with = |command: &str, client: Option<&str>| {
-        let mut args = vec![command];
-        args.extend_from_slice(&named);
+    // `command` of the application's keys, its policy named `policy`.
+    let with_policy = |policy: &str, command: &str, client: Option<&str>| {
+        let mut args = vec![
+            command, "--policy", policy, "--redis", &url, "--prefix", "shop",
+        ];
         if let Some(client) = client {
             args.extend(["--client", client]);
         }
         ok(&args)
+    };
+    let with = |command: &str, client: Option<&str>| {
+        with_policy("login:fixed_window_anchored:5/15m", command, client)
     };
     let seen = with("inspect", Some("alice"));
     assert!(seen.contains("remaining  3 of 5"), "{seen}");
@@ -474,31 +471,19 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     );
     assert!(with("top", None).contains("alice"));
     // Another limit reads the same state, under its own numbers.
-    let raised = [
-        "--policy",
+    let seen = with_policy(
         "login:fixed_window_anchored:6/15m",
-        "--redis",
-        &url,
-        "--prefix",
-        "shop",
-    ];
-    let mut args = vec!["inspect", "--client", "alice"];
-    args.extend_from_slice(&raised);
-    let seen = ok(&args);
+        "inspect",
+        Some("alice"),
+    );
     assert!(seen.contains("remaining  4 of 6"), "{seen}");
     assert!(!seen.contains("warning"), "{seen}");
     // Another window: no state, and a warning naming the windows the keys have.
-    let off = [
-        "--policy",
+    let seen = with_policy(
         "login:fixed_window_anchored:5/10m",
-        "--redis",
-        &url,
-        "--prefix",
-        "shop",
-    ];
-    let mut args = vec!["inspect", "--client", "alice"];
-    args.extend_from_slice(&off);
-    let seen = ok(&args);
+        "inspect",
+        Some("alice"),
+    );
     assert!(seen.contains("remaining  5 of 5"), "{seen}");
     assert!(
         seen.contains(
