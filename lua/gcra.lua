@@ -27,6 +27,13 @@ local function gcra_functions()
   -- (a table entry per client costs where clients do not repeat, and saves a read where they
   -- do).
   local wrote_tat, wrote_suffix = {}, {}
+  -- A call's start, where these functions outlive the call (library.lua): what the last call
+  -- wrote is Redis's now, read from there.
+  local function gcra_fresh()
+    if next(wrote_tat) then
+      wrote_tat, wrote_suffix = {}, {}
+    end
+  end
 
   -- Sets key to the TAT tat reached by suffix's interval, owing reset ms.
   local function gcra_write(key, tat, suffix, reset)
@@ -155,5 +162,8 @@ local function gcra_functions()
     gcra_put(key, limit, window, burst, now_us, tat, interval, suffix)
     return 1
   end
-  return { decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone, untake = gcra_untake }
+  return {
+    decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone, untake = gcra_untake,
+    fresh = gcra_fresh,
+  }
 end

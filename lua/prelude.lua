@@ -62,10 +62,21 @@ local function digits(key, value, most)
   return value
 end
 
--- A stored non-negative integer; nil when absent. Kept by text for the call: a batch's clients
--- share window numbers and small counts, each then checked and converted once (a pattern match
--- and a tonumber, some 1,200 instructions).
-local known_ints = {}
+-- The most entries a cache below keeps: where the functions outlive the call (a library's, see
+-- library.lua), so do their caches, which then start again empty past it.
+local KEPT = 512
+
+-- Empties cache in place (it is shared by reference).
+local function emptied(cache)
+  for k in pairs(cache) do
+    cache[k] = nil
+  end
+end
+
+-- A stored non-negative integer; nil when absent. Kept by text: a batch's clients share window
+-- numbers and small counts, each then checked and converted once (a pattern match and a
+-- tonumber, some 1,200 instructions).
+local known_ints, ints_known = {}, 0
 local function int(key, value)
   if not value then
     return nil
@@ -73,7 +84,12 @@ local function int(key, value)
   local n = known_ints[value]
   if not n then
     n = tonumber(digits(key, value, 16))
+    if ints_known == KEPT then
+      emptied(known_ints)
+      ints_known = 0
+    end
     known_ints[value] = n
+    ints_known = ints_known + 1
   end
   return n
 end
@@ -92,15 +108,20 @@ local function str(n)
 end
 
 -- A table of decimal texts: texts[n] is format('%d%s', n, suffix), formatted at its first use
--- and kept for the call (an algorithm makes its tables when a call first checks it), so a
--- batch's fresh clients, which write the same state and TTL, format them once: format costs
--- some 1,900 instructions, a hit one table read. At most an entry per number a call writes.
+-- and kept (up to KEPT), so a batch's fresh clients, which write the same state and TTL, format
+-- them once: format costs some 1,900 instructions, a hit one table read.
 local function texts(suffix)
   suffix = suffix or ''
+  local count = 0
   return setmetatable({}, {
     __index = function(known, n)
       local text = format('%d%s', n, suffix)
+      if count == KEPT then
+        emptied(known)
+        count = 0
+      end
       known[n] = text
+      count = count + 1
       return text
     end,
   })
@@ -108,10 +129,16 @@ end
 
 -- texts by a second part: by[x][n] is format('%d%s', n, suffix_of(x)).
 local function texts_by(suffix_of)
+  local count = 0
   return setmetatable({}, {
     __index = function(known, x)
       local made = texts(suffix_of(x))
+      if count == KEPT then
+        emptied(known)
+        count = 0
+      end
       known[x] = made
+      count = count + 1
       return made
     end,
   })
@@ -149,6 +176,7 @@ end
 
 -- Whether the call's time is Redis TIME, not a client's `at`: state written at it lives no
 -- longer than its TTL on that same clock (the anchored window's short form relies on that).
+-- Set by clock, and false again at a call's start where the functions outlive it (library.lua).
 local server_time = false
 
 -- The time of a call: `at` in microseconds, or Redis TIME when it is ''.

@@ -16,6 +16,13 @@ local function token_bucket_functions()
   -- (a table entry per client costs where clients do not repeat, and saves a read where they
   -- do).
   local wrote_used, wrote_last = {}, {}
+  -- A call's start, where these functions outlive the call (library.lua): what the last call
+  -- wrote is Redis's now, read from there.
+  local function token_bucket_fresh()
+    if next(wrote_used) then
+      wrote_used, wrote_last = {}, {}
+    end
+  end
 
   -- The tokens taken (x window) at now, and the time refills count from; from v, the key's
   -- value (read when this call has not written it and v is nil).
@@ -130,6 +137,6 @@ local function token_bucket_functions()
   end
   return {
     decide = token_bucket, take = token_bucket_take, settle = token_bucket_settle, alone = token_bucket_alone,
-    untake = token_bucket_untake,
+    untake = token_bucket_untake, fresh = token_bucket_fresh,
   }
 end

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use deadpool_redis::redis;
 
-/// Commands the scripts (redlimit's, and the benchmark's naive one) run inside `EVALSHA`: Redis counts them in `commandstats` too,
-/// but they cost no round trip.
+/// Commands the scripts and functions (redlimit's, and the benchmark's naive one) run inside
+/// `EVALSHA` or `FCALL`: Redis counts them in `commandstats` too, but they cost no round trip.
 const INSIDE_SCRIPTS: &[&str] = &[
     "time",
     "incr",
@@ -101,10 +101,11 @@ pub fn commands_sent(
     total
 }
 
-/// Script calls (`EVALSHA` and `EVAL`) a server has run so far, and the µs it spent in them.
+/// Script and function calls (`FCALL`, `EVALSHA` and `EVAL`) a server has run so far, and the µs
+/// it spent in them.
 pub fn script_calls(connection: &mut redis::Connection) -> Sent {
     let calls = command_calls(connection);
-    ["evalsha", "eval"]
+    ["fcall", "evalsha", "eval"]
         .iter()
         .filter_map(|name| calls.get(*name))
         .fold(Sent::default(), |total, stat| Sent {

@@ -7,7 +7,7 @@ use std::{
     thread,
 };
 
-/// A server answering `OK` to every command but scripts (`EVALSHA`, `EVAL`), which it answers
+/// A server answering `OK` to every command but checks (`FCALL`, `EVALSHA`, `EVAL`), which it answers
 /// with a bulk string of a gigabyte, sent until the client hangs up. It serves connections on a
 /// thread each until dropped with the test process.
 #[derive(Debug)]
@@ -44,7 +44,7 @@ fn serve(stream: TcpStream) -> io::Result<()> {
     loop {
         let command = read_command(&mut reader)?;
         let name = command.first().map(|name| name.to_ascii_uppercase());
-        if matches!(name.as_deref(), Some(b"EVALSHA" | b"EVAL")) {
+        if matches!(name.as_deref(), Some(b"FCALL" | b"EVALSHA" | b"EVAL")) {
             writer.write_all(format!("${HUGE}\r\n").as_bytes())?;
             let chunk = vec![b'a'; 1 << 16];
             for _ in 0..HUGE / chunk.len() {

@@ -4,7 +4,7 @@
 //! A [`Policy`] says how many requests a client may make, with which [`Algorithm`]; a
 //! [`Limiter`] checks a request against one or several policies on a [`Backend`] and returns a
 //! [`Decision`] per policy ([`Decisions`] for several). On the [`RedisBackend`] every check is
-//! one `EVALSHA` of one script that reads Redis's clock, so many app servers share one limit
+//! one `FCALL` of a Lua function that reads Redis's clock, so many app servers share one limit
 //! exactly; the [`MemoryBackend`] runs the same integer arithmetic in process. A
 //! [`GuardedLimiter`] adds what production needs around it: a time budget, a
 //! [`FailurePolicy`] for when Redis fails, a [`CircuitBreaker`], a [`BlockCache`] that keeps
@@ -86,9 +86,11 @@
 //!   the client is the hash tag, so all policies of one client are in one slot; client text is
 //!   escaped, or hashed when long; changing a policy's numbers changes its keys.
 //! - **Corrupt state is an error** ([`ErrorKind::CorruptState`]), never "allowed".
-//! - **One command per decision**: `EVALSHA` of one script holding every algorithm, retried with
-//!   `EVAL` on `NOSCRIPT`, over a shared multiplexed connection; every wait is bounded by the
-//!   backend's budget ([`RedisBackendBuilder::budget`]).
+//! - **One command per decision**: `FCALL` of a function of one library holding every
+//!   algorithm, loaded (`FUNCTION LOAD`) where a node lacks it; where the server refuses
+//!   functions (its ACL, a proxy), `EVALSHA` of the same checks as scripts, retried with `EVAL` on
+//!   `NOSCRIPT`. Over a shared multiplexed connection; every wait is bounded by the backend's
+//!   budget ([`RedisBackendBuilder::budget`]).
 //!
 //! # Features
 //!
@@ -116,7 +118,8 @@ pub mod guide {
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// The Lua source of the script that the Redis backend runs with `EVALSHA` for any check that
+/// The Lua source of the script that the Redis backend runs with `EVALSHA` (where the server
+/// refuses its function library, whose `FCALL` runs the same check) for any check that
 /// the smaller script of one algorithm ([`script_of`]) cannot run: every algorithm, one entry
 /// point, any requests of any policies. Its `KEYS` and `ARGV` are described at the head of
 /// `lua/protocol.lua`: the time in microseconds (or empty for Redis `TIME`), the number of

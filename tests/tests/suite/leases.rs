@@ -318,7 +318,8 @@ async fn a_concurrency_refusal_spends_no_rate_quota() {
         let layer = RateLimitLayer::new(guard.clone()).key(Global);
         let app = Router::new().route("/", get(handler)).layer(layer);
         let request = || Request::get("/").body(Body::empty()).expect("request");
-        // The script is loaded (a first EVALSHA meets NOSCRIPT and is sent again as EVAL).
+        // The function library is loaded (a first FCALL finds no function, loads it and calls
+        // again).
         let _ = guard.check("warm-up").cost(0).await;
         let calls_before = redlimit_tests::script_calls(&mut server.connection()).commands;
         let held = tokio::spawn(app.clone().oneshot(request()));

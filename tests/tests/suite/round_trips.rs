@@ -42,34 +42,94 @@ async fn a_thousand_checks_cost_at_most_a_thousand_and_ten_commands() {
         }
     }
     let calls = command_calls(&mut admin);
-    let evalsha = calls.get("evalsha").map_or(0, |stat| stat.calls);
+    let fcall = calls.get("fcall").map_or(0, |stat| stat.calls);
     let sent = commands_sent(&HashMap::new(), &calls).commands;
-    assert!(evalsha >= 1_000, "every check is an EVALSHA: {calls:?}");
+    assert!(fcall >= 1_000, "every check is an FCALL: {calls:?}");
     assert!(
         sent <= 1_010,
         "1 000 checks sent {sent} commands: {calls:?}"
     );
-    println!("1 000 checks: {sent} commands sent, {evalsha} of them EVALSHA");
+    println!("1 000 checks: {sent} commands sent, {fcall} of them FCALL");
 }
 
 #[tokio::test]
-async fn a_flushed_script_cache_is_reloaded_on_noscript() {
+async fn a_flushed_function_library_or_script_cache_is_loaded_again() {
     let server = RedisServer::start();
     let limiter = server.limiter();
-    let p = policy(Algorithm::TokenBucket, 3, 60_000, None);
+    let p = policy(Algorithm::TokenBucket, 4, 60_000, None);
     assert!(
         limiter.check(&alone(&p), "c").await.expect("check")[0]
             .clone()
             .allowed
     );
     let mut admin = server.connection();
-    // What a restart or a failover to a replica without the script looks like to a client.
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
+    // What a restart without persistence looks like to a client: no function, then no script
+    // either.
+    for (flush, remaining) in [("FUNCTION", 2), ("SCRIPT", 1)] {
+        let _: () = redis::cmd(flush)
+            .arg("FLUSH")
+            .query(&mut admin)
+            .expect("FLUSH");
+        let before = command_calls(&mut admin);
+        let decision = limiter.check(&alone(&p), "c").await.expect("loaded again")[0].clone();
+        assert_eq!(decision.remaining, remaining, "after {flush} FLUSH");
+        let after = command_calls(&mut admin);
+        assert_eq!(
+            ran(&before, &after, &["function|load"]),
+            u64::from(flush == "FUNCTION"),
+            "after {flush} FLUSH: {after:?}"
+        );
+    }
+}
+
+/// A server whose ACL refuses the limiter `FCALL`: checks go as scripts, from the first.
+#[tokio::test]
+async fn a_server_refusing_functions_is_sent_scripts() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("-fcall")
         .query(&mut admin)
-        .expect("SCRIPT FLUSH");
-    let decision = limiter.check(&alone(&p), "c").await.expect("reloaded")[0].clone();
-    assert_eq!(decision.remaining, 1);
+        .expect("ACL SETUSER");
+    let limiter = server.limiter();
+    let p = policy(Algorithm::Gcra, 3, 60_000, None);
+    let before = command_calls(&mut admin);
+    for remaining in [2, 1, 0] {
+        let decision = limiter.check(&alone(&p), "c").await.expect("check")[0].clone();
+        assert_eq!(decision.remaining, remaining);
+    }
+    let after = command_calls(&mut admin);
+    // Counted with a failure of its own where one met NOSCRIPT.
+    assert!(
+        ran(&before, &after, &["evalsha"]) >= 3,
+        "each check a script: {after:?}"
+    );
+}
+
+/// The functions outlive a call, and so would what a call keeps of the keys it wrote (GCRA's and
+/// the token bucket's, for a client checked again in one call): a key changed between calls is
+/// read as it now is.
+#[tokio::test]
+async fn what_a_call_wrote_is_read_again_by_the_next() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let limiter = server.limiter();
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+        let p = policy(algorithm, 3, 60_000, None);
+        for remaining in [2, 1] {
+            let decision = limiter.check(&alone(&p), "c").await.expect("check")[0].clone();
+            assert_eq!(decision.remaining, remaining, "{algorithm:?}");
+        }
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut admin).expect("KEYS");
+        let _: () = redis::cmd("DEL").arg(&keys).query(&mut admin).expect("DEL");
+        let decision = limiter.check(&alone(&p), "c").await.expect("check")[0].clone();
+        assert_eq!(
+            decision.remaining, 2,
+            "{algorithm:?}: the key deleted between calls"
+        );
+    }
 }
 
 /// How many times the commands `names` ran between two [`command_calls`] snapshots.
@@ -125,7 +185,7 @@ async fn a_gcra_or_token_bucket_admission_within_the_rate_is_one_command_of_stat
             assert!(check.await.expect("a task").allowed(), "{algorithm:?}");
         }
         let after = command_calls(&mut admin);
-        let calls = ran(&before, &after, &["evalsha", "eval"]);
+        let calls = ran(&before, &after, &["fcall", "evalsha", "eval"]);
         let (sets, gets) = (
             ran(&before, &after, &["set"]),
             ran(&before, &after, &["get"]),

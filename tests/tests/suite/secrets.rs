@@ -157,7 +157,7 @@ async fn a_missing_password_a_wrong_one_and_an_acl_refusal_are_named() {
         .arg("~*")
         .arg("&*")
         .arg("+@all")
-        .arg("-evalsha")
+        .arg("-@scripting")
         .query(&mut admin)
         .expect("ACL SETUSER");
     for (url, named) in [

@@ -8,8 +8,8 @@
 //! a check never waits behind a call to another node: a dead primary holds up only its own
 //! slots' checks.
 //!
-//! The fixed costs of a script call (the `EVALSHA`, reading the arguments, `TIME`, defining the
-//! script's functions, the reply and the socket) are then paid once per batch instead of once
+//! The fixed costs of a call (the `FCALL`, reading the arguments, `TIME`, the reply and the
+//! socket) are then paid once per batch instead of once
 //! per decision: that is most of what a decision costs the Redis core.
 
 use std::{

@@ -3,7 +3,10 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, atomic::AtomicU64},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64},
+    },
     time::Duration,
 };
 
@@ -173,6 +176,7 @@ impl RedisBackendBuilder {
                 budget: self.budget,
                 repair: self.repair,
                 repairs: AtomicU64::new(0),
+                functions: AtomicBool::new(true),
                 shared: Mutex::default(),
                 connecting: tokio::sync::Mutex::default(),
                 batcher,

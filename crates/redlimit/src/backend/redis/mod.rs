@@ -1,11 +1,11 @@
-//! The Redis backend: one `EVALSHA` per check, or per batch of concurrent checks, over a pooled
+//! The Redis backend: one `FCALL` per check, or per batch of concurrent checks, over a pooled
 //! multiplexed connection, on a standalone server, a Cluster, or a Sentinel-managed primary.
 
 use std::{
     fmt,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -53,9 +53,11 @@ pub(crate) use self::{
 /// ([`builder`](Self::builder)), a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`)
 /// or a Sentinel-managed primary ([`sentinel`](Self::sentinel), feature `sentinel`).
 ///
-/// Every check is one `EVALSHA`: of a small script per algorithm for one policy, of one script
-/// with every algorithm for several, so a check of several policies is still one round trip; a
-/// node that lacks the script (`NOSCRIPT`) gets it by `EVAL` in the same retry. Checks that
+/// Every check is one `FCALL` of redlimit's function library: of a lean function per algorithm
+/// for one policy, of one with every algorithm for several, so a check of several policies is
+/// still one round trip; a node that lacks the library gets it by `FUNCTION LOAD` in the same
+/// retry. Where the server refuses functions (its ACL, a proxy), the same checks go as scripts,
+/// by `EVALSHA` (and `EVAL` on `NOSCRIPT`). Checks that
 /// arrive while two calls are in flight wait and go together as one call when one returns,
 /// each decided as it would be alone at that call's time (see [the algorithms
 /// guide](crate::guide::algorithms)); a lone check goes at once. On a Cluster each slot has
@@ -90,6 +92,10 @@ struct Inner {
     /// Whether corrupt state is deleted and the check run again, and how often it was.
     repair: bool,
     repairs: AtomicU64,
+    /// Whether checks go by `FCALL` of the library's functions: until the server refuses them
+    /// (an ACL without `FCALL` or `FUNCTION LOAD`, a proxy that does not know them), when
+    /// they go as scripts.
+    functions: AtomicBool,
     shared: Mutex<Shared>,
     /// Lets one check at a time fetch a connection, so a burst of first checks does not check
     /// out (and then recycle, with a `PING` each) a connection apiece.

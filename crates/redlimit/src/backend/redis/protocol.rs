@@ -415,7 +415,7 @@ impl Call {
         }
     }
 
-    /// `EVALSHA sha …`: the one command of a check at steady state.
+    /// `EVALSHA sha …`: the one command of a check at steady state where functions are refused.
     pub(crate) fn evalsha(&self, script: &Script) -> Cmd {
         self.command("EVALSHA", script.sha1())
     }
@@ -427,7 +427,8 @@ impl Call {
         self.command("EVAL", script.source())
     }
 
-    /// `name script …`: the call as a command of `name` (`EVAL`, `EVALSHA`) naming `script`.
+    /// `name script …`: the call as a command of `name` (`FCALL`, `EVAL`, `EVALSHA`) naming
+    /// `script` (a function, a source, a SHA-1).
     pub(crate) fn command(&self, name: &str, script: &str) -> Cmd {
         // Sized once, not grown by doubling as its arguments are written: with the batch's
         // vectors sized alike, the bench's process ran 2,824,652,562 -> 2,798,127,383

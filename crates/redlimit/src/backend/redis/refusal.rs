@@ -23,6 +23,24 @@ pub(super) fn refused_before_running(err: &RedisError) -> bool {
     )
 }
 
+/// Whether `err` refuses the library's functions to this client: an ACL without `FCALL` or
+/// `FUNCTION LOAD`, or a server (or a proxy) that does not know them. Checks then go as scripts.
+pub(super) fn refuses_functions(err: &RedisError) -> bool {
+    let detail = err.detail().unwrap_or_default();
+    match err.kind() {
+        ErrorKind::Server(ServerErrorKind::NoPerm) => quoted(detail)
+            .is_some_and(|command| command == "fcall" || command.starts_with("function")),
+        _ => detail.starts_with("unknown command"),
+    }
+}
+
+/// Whether `err` is a node's answer that it lacks the library's function (a restart without
+/// persistence, a `FUNCTION FLUSH`, a node new to the Cluster): it is loaded, and called again.
+pub(super) fn function_missing(err: &RedisError) -> bool {
+    err.detail()
+        .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
 /// Whether Redis closes the connection after `err`: it does after any protocol error (the
 /// refusal of an unauthenticated client's long command among them), so the next call takes a
 /// fresh connection instead of failing on a broken pipe.

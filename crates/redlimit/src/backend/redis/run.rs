@@ -1,4 +1,5 @@
-//! Running a script within a budget: `EVALSHA`, or `EVAL` where the node lacks it, a refusal
+//! Running a check within a budget: `FCALL` of its function, the library loaded where the node
+//! lacks it, or (functions refused) `EVALSHA`, or `EVAL` where the node lacks the script; a refusal
 //! sent again, corrupt state repaired when asked, a failed connection given up.
 
 use std::{sync::atomic::Ordering, time::Duration};
@@ -89,7 +90,9 @@ impl RedisBackend {
             .map(|integers| integers.0)
     }
 
-    /// `script` for `call` by `EVALSHA`, or by `EVAL` on a node that lacks it.
+    /// `script` for `call`: by `FCALL` of its library function, loaded first on a node that
+    /// lacks it; else (no function, or functions refused) by `EVALSHA`, or by `EVAL` on a node
+    /// that lacks the script.
     pub(super) async fn run<T: FromRedisValue>(
         &self,
         call: &Call,
@@ -98,11 +101,16 @@ impl RedisBackend {
     ) -> Result<T, RedisError> {
         let mut refusals = 0;
         loop {
-            let mut reply = call.evalsha(script).query_async::<T>(conn).await;
-            if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
-            {
-                reply = call.eval(script).query_async(conn).await;
-            }
+            let reply = match script.function() {
+                Some(function) if self.inner.functions.load(Ordering::Relaxed) => {
+                    self.function(call, function, conn).await
+                }
+                _ => None,
+            };
+            let reply = match reply {
+                Some(reply) => reply,
+                None => self.evaluate(call, script, conn).await,
+            };
             match &reply {
                 Err(err)
                     if refusals < refusal::REFUSALS_RETRIED
@@ -114,5 +122,56 @@ impl RedisBackend {
                 _ => return reply,
             }
         }
+    }
+
+    /// `call` by `FCALL function`, the library loaded first where the node lacks it; `None`
+    /// where the server refuses functions, which are then not asked for again.
+    async fn function<T: FromRedisValue>(
+        &self,
+        call: &Call,
+        function: &str,
+        conn: &mut (impl ConnectionLike + Send),
+    ) -> Option<Result<T, RedisError>> {
+        let mut reply = call.command("FCALL", function).query_async::<T>(conn).await;
+        if matches!(&reply, Err(err) if refusal::function_missing(err)) {
+            // On a Cluster redis-rs sends it to every primary.
+            let loaded: Result<(), RedisError> = deadpool_redis::redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(self.inner.scripts.library.source())
+                .query_async(conn)
+                .await;
+            reply = match loaded {
+                Ok(()) => call.command("FCALL", function).query_async(conn).await,
+                Err(err) => Err(err),
+            };
+        }
+        match reply {
+            Err(err) if refusal::refuses_functions(&err) => {
+                self.inner.functions.store(false, Ordering::Relaxed);
+                tracing::info!(
+                    target: "redlimit",
+                    "the server refuses the limiter's function library ({}): checks go as scripts",
+                    err.detail().unwrap_or_default()
+                );
+                None
+            }
+            reply => Some(reply),
+        }
+    }
+
+    /// `call` by `EVALSHA`, or by `EVAL` on a node that lacks the script.
+    async fn evaluate<T: FromRedisValue>(
+        &self,
+        call: &Call,
+        script: &Script,
+        conn: &mut (impl ConnectionLike + Send),
+    ) -> Result<T, RedisError> {
+        let reply = call.evalsha(script).query_async::<T>(conn).await;
+        if matches!(&reply, Err(err) if err.kind() == RedisErrorKind::Server(ServerErrorKind::NoScript))
+        {
+            return call.eval(script).query_async(conn).await;
+        }
+        reply
     }
 }

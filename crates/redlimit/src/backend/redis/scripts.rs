@@ -1,6 +1,7 @@
 //! The scripts, assembled from `lua/`: one small script per algorithm for a request of one
-//! policy, and one with every algorithm for any requests, so any check is one `EVALSHA`. The
-//! Lua mirrors `crate::algorithm` line for line.
+//! policy, and one with every algorithm for any requests, so any check is one `EVALSHA`; and
+//! the same checks as one function library, loaded once (`FUNCTION LOAD`), each check then one
+//! `FCALL`. The Lua mirrors `crate::algorithm` line for line.
 
 use super::protocol::lua_constants;
 use crate::Algorithm;
@@ -73,6 +74,30 @@ macro_rules! every {
 /// The Lua source of the script checking any requests of any policies.
 pub(crate) const CHECK: &str = every!("false", "check.lua");
 
+/// The body of the function library (see [`Library`]): everything a check needs, made once at
+/// the library's first call by `make`, and its entries, `check` (`check.lua`'s body) and `lean`
+/// (`one.lua`'s, for one policy of the algorithm named).
+const LIBRARY_BODY: &str = concat!(
+    "local SETTLES = false\n",
+    lua_constants!(),
+    include_str!("../../../lua/prelude.lua"),
+    include_str!("../../../lua/fixed_window.lua"),
+    include_str!("../../../lua/sliding_window_log.lua"),
+    include_str!("../../../lua/sliding_window_counter.lua"),
+    include_str!("../../../lua/token_bucket.lua"),
+    include_str!("../../../lua/gcra.lua"),
+    include_str!("../../../lua/lease.lua"),
+    include_str!("../../../lua/dispatch.lua"),
+    include_str!("../../../lua/marks.lua"),
+    include_str!("../../../lua/protocol.lua"),
+    include_str!("../../../lua/library.lua"),
+    "local function check(KEYS, ARGV)\n",
+    include_str!("../../../lua/check.lua"),
+    "\nend\nlocal function lean(KEYS, ARGV, name)\nlocal alone = algorithm(name).alone\n",
+    include_str!("../../../lua/one.lua"),
+    "\nend\nreturn { fresh = fresh_call, check = check, lean = lean }\n",
+);
+
 /// The Lua source of the script inspecting one policy's key without writing.
 const INSPECT: &str = every!("false", "inspect.lua");
 
@@ -86,11 +111,13 @@ const RENEW: &str = concat!(
     include_str!("../../../lua/renew.lua")
 );
 
-/// A script's source and its SHA-1, as `EVALSHA` names it.
+/// A script's source and its SHA-1, as `EVALSHA` names it, and the function of the library
+/// that runs the same check, if one does.
 #[derive(Debug)]
 pub(crate) struct Script {
     source: &'static str,
     sha1: String,
+    function: Option<String>,
 }
 
 impl Script {
@@ -98,7 +125,19 @@ impl Script {
         Self {
             source,
             sha1: sha1_smol::Sha1::from(source).digest().to_string(),
+            function: None,
         }
+    }
+
+    /// This script, whose check `library`'s function `entry` runs too.
+    fn in_library(mut self, library: &Library, entry: &str) -> Self {
+        self.function = Some(format!("{}_{entry}", library.name));
+        self
+    }
+
+    /// The library function running this script's check, if one does.
+    pub(crate) fn function(&self) -> Option<&str> {
+        self.function.as_deref()
     }
 
     pub(crate) fn source(&self) -> &'static str {
@@ -110,7 +149,49 @@ impl Script {
     }
 }
 
-/// Every script a backend may send, hashed once.
+/// The checks' scripts as one function library, for `FUNCTION LOAD`: named after a hash of its
+/// source, so that versions running side by side (a rolling upgrade) each load their own instead
+/// of replacing each other's. Its functions and what they keep (`make`) are made once per
+/// server, at the first call, where a script makes them again at every call: Redis instructions
+/// per fixed-window decision in batches of 64, 16,258 by `EVALSHA` -> 14,448 by `FCALL`, and
+/// 111,424 -> 74,126 for a check alone (callgrind on redis-server, `EVALSHA` and `FCALL` calls
+/// of one build interleaved).
+#[derive(Debug)]
+pub(crate) struct Library {
+    name: String,
+    source: String,
+}
+
+impl Library {
+    fn new() -> Self {
+        let hash = sha1_smol::Sha1::from(LIBRARY_BODY).digest().to_string();
+        let name = format!("redlimit_{}", &hash[..16]);
+        // Only the redis API is at hand while the library loads (no math, no ipairs): each
+        // function makes everything else at its first call, and starts each call fresh.
+        let mut source = format!(
+            "#!lua name={name}\nlocal api = nil\nlocal function make()\n{LIBRARY_BODY}end\n"
+        );
+        let register = |entry: &str, call: &str| {
+            format!(
+                "redis.register_function('{name}_{entry}', function(KEYS, ARGV)\n  \
+                 api = api or make()\n  api.fresh()\n  return {call}\nend)\n"
+            )
+        };
+        source += &register("check", "api.check(KEYS, ARGV)");
+        for algorithm in Algorithm::ALL {
+            let tag = algorithm.tag();
+            source += &register(tag, &format!("api.lean(KEYS, ARGV, '{tag}')"));
+        }
+        Self { name, source }
+    }
+
+    /// Its source, for `FUNCTION LOAD`.
+    pub(crate) fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// Every script a backend may send, hashed once, and the library of the checks'.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     /// In the order of [`Algorithm::ALL`].
@@ -119,16 +200,21 @@ pub(crate) struct Scripts {
     pub(crate) inspect: Script,
     pub(crate) settle: Script,
     pub(crate) renew: Script,
+    pub(crate) library: Library,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
+        let library = Library::new();
         Self {
-            one: Algorithm::ALL.map(|algorithm| Script::new(one_source(algorithm))),
-            check: Script::new(CHECK),
+            one: Algorithm::ALL.map(|algorithm| {
+                Script::new(one_source(algorithm)).in_library(&library, algorithm.tag())
+            }),
+            check: Script::new(CHECK).in_library(&library, "check"),
             inspect: Script::new(INSPECT),
             settle: Script::new(SETTLE),
             renew: Script::new(RENEW),
+            library,
         }
     }
 
