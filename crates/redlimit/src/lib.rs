@@ -129,12 +129,14 @@ struct ReadmeDoctests;
 /// the flag `REPEAT` a head stands for a run of requests alike but for their keys, and the
 /// run's length follows); [`check_command`] writes them. Reply: one MessagePack array of
 /// integers, per request four per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or
-/// -2 for never). For preloading with `SCRIPT LOAD`, or for measuring against.
+/// -2 for never). For preloading with `SCRIPT LOAD` where the server refuses functions, or for
+/// measuring against.
 pub const SCRIPT: &str = backend::redis::CHECK;
 
 /// The Lua source of the script the Redis backend runs for a check of `policies` for one client:
 /// the small script of the policy's algorithm for one policy that takes no overrides and bans
-/// no one, else [`SCRIPT`]. For preloading with `SCRIPT LOAD`, or for measuring against.
+/// no one, else [`SCRIPT`]. For preloading with `SCRIPT LOAD` where the server refuses functions,
+/// or for measuring against.
 ///
 /// ```
 /// use std::time::Duration;
