@@ -83,11 +83,11 @@ pub(super) fn cause(err: &RedisError) -> Option<String> {
         _ if code == "OOM" => "out of memory: Redis is at maxmemory and may evict nothing \
                                (raise maxmemory, or choose an eviction policy)"
             .to_owned(),
-        _ if code == "BUSY" => "busy: a script ran past Redis's script time limit \
-                                (SCRIPT KILL, or wait)"
+        _ if code == "BUSY" => "busy: a script or function ran past Redis's script time \
+                                limit (FUNCTION KILL or SCRIPT KILL, or wait)"
             .to_owned(),
-        _ if detail.contains("SCRIPT KILL") || detail.contains("killed by user") => {
-            "a script was killed by SCRIPT KILL".to_owned()
+        _ if detail.contains("killed by user") => {
+            "a check was killed by FUNCTION KILL or SCRIPT KILL".to_owned()
         }
         ErrorKind::Server(ServerErrorKind::ReadOnly) => "read-only: the URL names a replica; \
                                                          point it at the primary"
@@ -176,10 +176,14 @@ mod tests {
                 "OOM command not allowed when used memory > 'maxmemory'.",
                 "out of memory",
             ),
-            ("BUSY Redis is busy running a script.", "SCRIPT KILL"),
+            ("BUSY Redis is busy running a script.", "FUNCTION KILL"),
             (
                 "ERR Error running script (call to f_1): Script killed by user with SCRIPT KILL...",
-                "killed by SCRIPT KILL",
+                "killed by",
+            ),
+            (
+                "ERR Script killed by user with FUNCTION KILL...",
+                "killed by FUNCTION KILL",
             ),
             (
                 "READONLY You can't write against a read only replica.",

@@ -125,7 +125,9 @@ impl RedisBackend {
     }
 
     /// `call` by `FCALL function`, the library loaded first where the node lacks it; `None`
-    /// where the server refuses functions, which are then not asked for again.
+    /// where the server refuses functions (which are then not asked for again) or the library
+    /// could not be loaded: the call then goes as a script, to its own node alone, where a
+    /// Cluster's load goes to every primary and fails while any one is down.
     async fn function<T: FromRedisValue>(
         &self,
         call: &Call,
@@ -143,7 +145,8 @@ impl RedisBackend {
                 .await;
             reply = match loaded {
                 Ok(()) => call.command("FCALL", function).query_async(conn).await,
-                Err(err) => Err(err),
+                Err(err) if refusal::refuses_functions(&err) => Err(err),
+                Err(_) => return None,
             };
         }
         match reply {
