@@ -48,9 +48,9 @@ const fn one_source(algorithm: Algorithm) -> &'static str {
 }
 
 /// The prelude, every algorithm (with its settle when `$settles`), leases, their dispatch by name,
-/// overrides and bans, the protocol's readers, then `$entry`.
+/// overrides and bans, the protocol's readers, then `$tail`: an entry's file, or the library's.
 macro_rules! every {
-    ($settles:literal, $entry:literal) => {
+    ($settles:literal, $($tail:expr),+ $(,)?) => {
         concat!(
             "local SETTLES = ",
             $settles,
@@ -66,30 +66,19 @@ macro_rules! every {
             include_str!("../../../lua/dispatch.lua"),
             include_str!("../../../lua/marks.lua"),
             include_str!("../../../lua/protocol.lua"),
-            include_str!(concat!("../../../lua/", $entry)),
+            $($tail),+
         )
     };
 }
 
 /// The Lua source of the script checking any requests of any policies.
-pub(crate) const CHECK: &str = every!("false", "check.lua");
+pub(crate) const CHECK: &str = every!("false", include_str!("../../../lua/check.lua"));
 
 /// The body of the function library (see [`Library`]): everything a check needs, made once at
 /// the library's first call by `make`, and its entries, `check` (`check.lua`'s body) and `lean`
 /// (`one.lua`'s, for one policy of the algorithm named).
-const LIBRARY_BODY: &str = concat!(
-    "local SETTLES = false\n",
-    lua_constants!(),
-    include_str!("../../../lua/prelude.lua"),
-    include_str!("../../../lua/fixed_window.lua"),
-    include_str!("../../../lua/sliding_window_log.lua"),
-    include_str!("../../../lua/sliding_window_counter.lua"),
-    include_str!("../../../lua/token_bucket.lua"),
-    include_str!("../../../lua/gcra.lua"),
-    include_str!("../../../lua/lease.lua"),
-    include_str!("../../../lua/dispatch.lua"),
-    include_str!("../../../lua/marks.lua"),
-    include_str!("../../../lua/protocol.lua"),
+const LIBRARY_BODY: &str = every!(
+    "false",
     include_str!("../../../lua/library.lua"),
     "local function check(KEYS, ARGV)\n",
     include_str!("../../../lua/check.lua"),
@@ -99,10 +88,10 @@ const LIBRARY_BODY: &str = concat!(
 );
 
 /// The Lua source of the script inspecting one policy's key without writing.
-const INSPECT: &str = every!("false", "inspect.lua");
+const INSPECT: &str = every!("false", include_str!("../../../lua/inspect.lua"));
 
 /// The Lua source of the script giving back what reservations took.
-const SETTLE: &str = every!("true", "settle.lua");
+const SETTLE: &str = every!("true", include_str!("../../../lua/settle.lua"));
 
 /// The Lua source of the script that renews a concurrency lease.
 const RENEW: &str = concat!(
@@ -250,5 +239,23 @@ mod tests {
         }
         assert_eq!(scripts.of(None).source, CHECK);
         assert_eq!(source_for(None), CHECK);
+    }
+
+    #[test]
+    fn the_library_registers_the_function_of_every_check_script() {
+        let scripts = Scripts::new();
+        let source = scripts.library.source();
+        let name = &scripts.library.name;
+        assert!(source.starts_with(&format!("#!lua name={name}\n")));
+        let checks = Algorithm::ALL.map(Some).into_iter().chain([None]);
+        for lean in checks {
+            let function = scripts.of(lean).function().expect("a check's function");
+            assert!(function.starts_with(name.as_str()), "{function}");
+            let registered = format!("redis.register_function('{function}',");
+            assert_eq!(source.matches(&registered).count(), 1, "{function}");
+        }
+        for script in [&scripts.inspect, &scripts.settle, &scripts.renew] {
+            assert_eq!(script.function(), None);
+        }
     }
 }
