@@ -3,13 +3,13 @@
 -- packed in prelude.lua): allowed
 -- (1/0), remaining, reset (ms), retry (ms), then for a reservation the time it was taken at
 -- (us; 0 for a retry, which took nothing).
-local limit, window, burst = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local limit, window, burst = number(ARGV[5]), number(ARGV[6]), number(ARGV[7])
 -- Delay mode: the longest delay (ms) follows the policy's flags, and the request follows it.
 local slack, a = nil, 9
-if tonumber(ARGV[8]) % (2 * DELAY) >= DELAY then
-  slack, a = tonumber(ARGV[9]) * 1000, 10
+if number(ARGV[8]) % (2 * DELAY) >= DELAY then
+  slack, a = number(ARGV[9]) * 1000, 10
 end
-local cost, flags = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) % SET_STEP
+local cost, flags = number(ARGV[a]), number(ARGV[a + 1]) % SET_STEP
 local once, reserve = flags % (2 * ONCE) >= ONCE, flags % (2 * RESERVE) >= RESERVE
 local key, idem = KEYS[1], nil
 if once then

@@ -94,6 +94,29 @@ local function int(key, value)
   return n
 end
 
+-- The number of a protocol's text (a policy's limit, window or burst, a cost, a head), kept by
+-- text: tonumber runs a strtod, some 1,100 instructions, a hit is one table read, and a call's
+-- requests (and a library's calls, which keep it) repeat a few texts. Redis instructions per
+-- lone check, the library kept per call and kept across calls, loaded side by side and called
+-- in turn under callgrind: a fixed window 75,365 / 65,109 -> 70,190 / 56,590, one taking
+-- overrides 140,752 / 138,419 -> 125,305 / 125,250; in batches of 64, 14,510 -> 14,267.
+local known_numbers, numbers_known = {}, 0
+local function number(text)
+  local n = known_numbers[text]
+  if n == nil then
+    n = tonumber(text)
+    if n ~= nil then
+      if numbers_known == KEPT then
+        emptied(known_numbers)
+        numbers_known = 0
+      end
+      known_numbers[text] = n
+      numbers_known = numbers_known + 1
+    end
+  end
+  return n
+end
+
 -- An HMGET reply of two or three fields as integers: all present, or all nil.
 local function ints(key, reply)
   local a, b, c = int(key, reply[1]), int(key, reply[2]), int(key, reply[3])

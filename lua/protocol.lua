@@ -22,25 +22,25 @@
 -- bans; and where the requests begin.
 local function read_sets(argv)
   local sets, a = {}, 3
-  for s = 1, tonumber(argv[2]) do
+  for s = 1, number(argv[2]) do
     local set = {}
-    for i = 1, tonumber(argv[a]) do
-      local name, flags = argv[a + 1], tonumber(argv[a + 5])
+    for i = 1, number(argv[a]) do
+      local name, flags = argv[a + 1], number(argv[a + 5])
       local fns = algorithm(name)
       local p = {
         decide = fns.decide, take = fns.take, settle = fns.settle, alone = fns.alone, untake = fns.untake,
         refund = fns.refund, text = fns.text,
-        limit = tonumber(argv[a + 2]),
-        window = tonumber(argv[a + 3]), burst = tonumber(argv[a + 4]),
+        limit = number(argv[a + 2]),
+        window = number(argv[a + 3]), burst = number(argv[a + 4]),
         overrides = flags % (2 * OVERRIDES) >= OVERRIDES,
       }
       a = a + 5
       if flags % (2 * BAN) >= BAN then
-        p.ban = { tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]), tonumber(argv[a + 4]) }
+        p.ban = { number(argv[a + 1]), number(argv[a + 2]), number(argv[a + 3]), number(argv[a + 4]) }
         a = a + 4
       end
       if flags % (2 * DELAY) >= DELAY then
-        p.slack = tonumber(argv[a + 1]) * 1000
+        p.slack = number(argv[a + 1]) * 1000
         a = a + 1
       end
       set[i] = p
@@ -63,10 +63,8 @@ end
 -- reservation, the request id's window (ms) or nil, the reservation's time (us) or nil, where
 -- the next request begins, how many requests it stands for, its lease (limit, ttl, id) or
 -- nil, whether it is made at most once by a token (GIVEN), the most it takes beyond its cost
--- (GRANT) or nil, and whether it is a refund (REFUND). number: tonumber, or one that keeps what
--- it converted.
-local function read_request(argv, a, number)
-  number = number or tonumber
+-- (GRANT) or nil, and whether it is a refund (REFUND).
+local function read_request(argv, a)
   local cost, head = number(argv[a]), number(argv[a + 1])
   local flags = head % SET_STEP
   a = a + 2
