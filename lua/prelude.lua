@@ -66,11 +66,17 @@ end
 -- library.lua), so do their caches, which then start again empty past it.
 local KEPT = 512
 
--- Empties cache in place (it is shared by reference).
-local function emptied(cache)
-  for k in pairs(cache) do
-    cache[k] = nil
+-- Stores value at key in cache, which holds count entries, emptied first (in place: it is
+-- shared by reference) when it holds KEPT. Returns how many it then holds.
+local function keep(cache, count, key, value)
+  if count == KEPT then
+    for k in pairs(cache) do
+      cache[k] = nil
+    end
+    count = 0
   end
+  cache[key] = value
+  return count + 1
 end
 
 -- A stored non-negative integer; nil when absent. Kept by text: a batch's clients share window
@@ -84,12 +90,7 @@ local function int(key, value)
   local n = known_ints[value]
   if not n then
     n = tonumber(digits(key, value, 16))
-    if ints_known == KEPT then
-      emptied(known_ints)
-      ints_known = 0
-    end
-    known_ints[value] = n
-    ints_known = ints_known + 1
+    ints_known = keep(known_ints, ints_known, value, n)
   end
   return n
 end
@@ -106,12 +107,7 @@ local function number(text)
   if n == nil then
     n = tonumber(text)
     if n ~= nil then
-      if numbers_known == KEPT then
-        emptied(known_numbers)
-        numbers_known = 0
-      end
-      known_numbers[text] = n
-      numbers_known = numbers_known + 1
+      numbers_known = keep(known_numbers, numbers_known, text, n)
     end
   end
   return n
@@ -139,12 +135,7 @@ local function texts(suffix)
   return setmetatable({}, {
     __index = function(known, n)
       local text = format('%d%s', n, suffix)
-      if count == KEPT then
-        emptied(known)
-        count = 0
-      end
-      known[n] = text
-      count = count + 1
+      count = keep(known, count, n, text)
       return text
     end,
   })
@@ -156,12 +147,7 @@ local function texts_by(suffix_of)
   return setmetatable({}, {
     __index = function(known, x)
       local made = texts(suffix_of(x))
-      if count == KEPT then
-        emptied(known)
-        count = 0
-      end
-      known[x] = made
-      count = count + 1
+      count = keep(known, count, x, made)
       return made
     end,
   })
