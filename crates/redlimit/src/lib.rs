@@ -155,7 +155,8 @@ pub fn script_of(policies: &[Policy]) -> &'static str {
     backend::redis::protocol::source_of(policies)
 }
 
-/// The `EVALSHA` command the Redis backend sends for one check of cost 1 of `policies` for
+/// The `EVALSHA` command the Redis backend sends, where the server refuses its function library
+/// (whose `FCALL` carries the same keys and arguments), for one check of cost 1 of `policies` for
 /// `client` at Redis `TIME`, its keys named by `keys`: the script named by `sha1` (that of
 /// [`script_of`]`(policies)`), its `KEYS` and its `ARGV` as `lua/protocol.lua` reads them. For
 /// replaying checks through another client, or measuring against; its reply is one MessagePack
