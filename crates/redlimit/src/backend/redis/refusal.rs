@@ -24,13 +24,19 @@ pub(super) fn refused_before_running(err: &RedisError) -> bool {
 }
 
 /// Whether `err` refuses the library's functions to this client: an ACL without `FCALL` or
-/// `FUNCTION LOAD`, or a server (or a proxy) that does not know them. Checks then go as scripts.
+/// `FUNCTION LOAD`, or a server (or a proxy: Envoy's says "unsupported command") that does not
+/// know them. Checks then go as scripts.
 pub(super) fn refuses_functions(err: &RedisError) -> bool {
     let detail = err.detail().unwrap_or_default();
     match err.kind() {
         ErrorKind::Server(ServerErrorKind::NoPerm) => quoted(detail)
             .is_some_and(|command| command == "fcall" || command.starts_with("function")),
-        _ => detail.starts_with("unknown command"),
+        _ => {
+            let detail = detail.to_ascii_lowercase();
+            ["unknown command", "unsupported command", "not supported"]
+                .iter()
+                .any(|refusal| detail.contains(refusal))
+        }
     }
 }
 
@@ -122,7 +128,7 @@ fn quoted(detail: &str) -> Option<&str> {
 mod tests {
     use deadpool_redis::redis::{self, RedisError};
 
-    use super::{cause, refused_before_running};
+    use super::{cause, function_missing, refused_before_running, refuses_functions};
 
     /// The error Redis answers with `text` (a RESP error line).
     fn answered(text: &str) -> RedisError {
@@ -198,5 +204,27 @@ mod tests {
         assert_eq!(cause(&answered("ERR user_script:1: something")), None);
         let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
         assert_eq!(cause(&RedisError::from(reset)), None);
+    }
+
+    #[test]
+    fn functions_refused_are_told_from_a_function_missing_and_from_other_failures() {
+        for refused in [
+            "NOPERM User limited has no permissions to run the 'fcall' command",
+            "NOPERM User limited has no permissions to run the 'function|load' command",
+            "ERR unknown command 'FCALL', with args beginning with: 'redlimit_0123_fw' ",
+            "ERR unsupported command 'fcall'",
+        ] {
+            assert!(refuses_functions(&answered(refused)), "{refused}");
+            assert!(!function_missing(&answered(refused)), "{refused}");
+        }
+        for other in [
+            "ERR Function not found",
+            "NOPERM No permissions to access a key",
+            "BUSY Redis is busy running a script.",
+            "CLUSTERDOWN The cluster is down",
+        ] {
+            assert!(!refuses_functions(&answered(other)), "{other}");
+        }
+        assert!(function_missing(&answered("ERR Function not found")));
     }
 }
