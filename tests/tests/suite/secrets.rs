@@ -180,3 +180,21 @@ async fn a_missing_password_a_wrong_one_and_an_acl_refusal_are_named() {
         println!("{}", warnings[0]);
     }
 }
+
+/// A server that does not know `FCALL` answers with the call's first arguments, a client's key
+/// among them: the checks go as scripts, and the log names the refusal, not the client.
+#[tokio::test(flavor = "current_thread")]
+async fn a_server_without_functions_is_logged_without_the_client() {
+    let server = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    let (logs, _logging) = logged();
+    let limiter = server.limiter();
+    let p = policy(Algorithm::Gcra, 3, 60_000, None);
+    let client = "key-of-a-client-4e9d";
+    for remaining in [2, 1, 0] {
+        let decision = limiter.check(&alone(&p), client).await.expect("check")[0].clone();
+        assert_eq!(decision.remaining, remaining);
+    }
+    let log = logs.text();
+    assert!(log.contains("checks go as scripts"), "{log}");
+    assert!(!log.contains(client), "the log shows a client: {log}");
+}

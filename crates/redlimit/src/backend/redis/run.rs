@@ -152,10 +152,12 @@ impl RedisBackend {
         match reply {
             Err(err) if refusal::refuses_functions(&err) => {
                 self.inner.functions.store(false, Ordering::Relaxed);
+                // Not Redis's words: an unknown command's answer quotes the call's first
+                // arguments, a client's key among them.
                 tracing::info!(
                     target: "redlimit",
-                    "the server refuses the limiter's function library ({}): checks go as scripts",
-                    err.detail().unwrap_or_default()
+                    "the server refuses the limiter's function library (its ACL without FCALL or \
+                     FUNCTION LOAD, or a proxy that does not know them): checks go as scripts"
                 );
                 None
             }
