@@ -89,7 +89,7 @@ local function fixed_window_functions()
       return nil, nil, false
     end
     -- Split as text: a double holds the whole number only below 2^53.
-    local head, n = tonumber(string.sub(v, 1, -7)) or 0, tonumber(string.sub(v, -6))
+    local head, n = tonumber(string.sub(v, 1, -7)) or 0, string.sub(v, -6) + 0
     if aligned then
       return head * window, n, true
     end

@@ -54,13 +54,13 @@ local function gcra_functions()
       if not tat or #tat > 16 or #was > 17 or was == ':0' then
         corrupt(key, 'is not a GCRA state')
       end
-      tat = tonumber(tat)
+      tat = tat + 0
     end
     if not tat or tat <= now_us then
       return now_us
     elseif was ~= suffix then
       -- The same operations as the memory backend's, so both round alike.
-      return now_us + ceil((tat - now_us) * interval / tonumber(string.sub(was, 2)))
+      return now_us + ceil((tat - now_us) * interval / string.sub(was, 2))
     end
     return tat
   end

@@ -53,7 +53,7 @@ local function load_marks()
     if not k then
       corrupt(okey, 'is not an override')
     end
-    return k, tonumber(l), tonumber(w), tonumber(b)
+    return k, l + 0, w + 0, b + 0
   end
 
   return m

@@ -14,7 +14,7 @@ local function sliding_window_log_functions()
     if not stamp or #stamp > 16 then
       corrupt(key, 'holds an entry not of its time and number')
     end
-    return tonumber(stamp)
+    return stamp + 0
   end
 
   local function sliding_window_log_take(key, limit, window, burst, now_us, cost, count, newest, expired)

@@ -59,12 +59,17 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
             hset(&["w", "x", "p", "0", "c", "1"]),
             hset(&["w", "1", "p", "0"]),
         ],
-        // 'used:last'.
+        // Two big-endian 8-byte integers, or the text 'used:last' of versions before.
         Algorithm::TokenBucket => vec![
             set(&format!("1e3:{T0}")),
             set("5:12.5"),
             set("5"),
             set(&format!("99999999999999999999:{T0}")),
+            // Packed, its tokens taken past 2^53.
+            redis::cmd("SET")
+                .arg(key)
+                .arg(&[&[0, 0x40][..], &[0; 6], &T0.to_be_bytes()].concat()[..])
+                .clone(),
         ],
         // 'tat:interval' (us).
         Algorithm::Gcra => vec![

@@ -1,7 +1,7 @@
 //! State written by earlier versions: a sliding counter kept as a hash (`w`, `p`, `c`), or as the
 //! text `w:p:c` that replaced it, is read as the packed string that replaced both (three
 //! big-endian 8-byte integers), decides alike, and is rewritten packed by the next admission,
-//! keeping its deadline.
+//! keeping its deadline; a token bucket kept as the text `used:last` likewise (two integers).
 
 use deadpool_redis::redis;
 use redlimit::Algorithm;
@@ -56,19 +56,62 @@ async fn a_sliding_counter_kept_as_a_hash_or_text_is_read_alike_and_rewritten_pa
             .query(&mut connection)
             .expect("TYPE");
         assert_eq!(kind, "string", "rewritten by the admission");
-        let value: Vec<u8> = redis::cmd("GET")
-            .arg(k)
-            .query(&mut connection)
-            .expect("GET");
-        let numbers: Vec<u64> = value
-            .chunks(8)
-            .map(|n| u64::from_be_bytes(n.try_into().expect("8 bytes")))
-            .collect();
-        assert_eq!(numbers, [index, 6, 3], "packed: {value:?}");
+        assert_eq!(
+            packed_numbers(&mut connection, k),
+            [index, 6, 3],
+            "rewritten packed"
+        );
         let ttl: i64 = redis::cmd("PTTL")
             .arg(k)
             .query(&mut connection)
             .expect("PTTL");
         assert!(ttl > 80_000 && ttl <= 90_000, "its deadline kept: {ttl}");
     }
+}
+
+/// A key's value as big-endian 8-byte integers.
+fn packed_numbers(connection: &mut redis::Connection, key: &str) -> Vec<u64> {
+    let value: Vec<u8> = redis::cmd("GET").arg(key).query(connection).expect("GET");
+    value
+        .chunks(8)
+        .map(|n| u64::from_be_bytes(n.try_into().expect("8 bytes")))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_token_bucket_kept_as_text_is_read_alike_and_rewritten_packed() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let mut connection = server.connection();
+    // 10 a minute, a bucket of 10: 4 tokens taken at `at` (kept times the window), 6 left.
+    let p = policy(Algorithm::TokenBucket, 10, 60_000, None);
+    let at = T0 + 30_000;
+    let key = limiter.keys().key(&p, "old");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(format!("{}:{at}", 4 * 60_000))
+        .arg("PX")
+        .arg(90_000)
+        .query(&mut connection)
+        .expect("SET");
+    let decided = limiter
+        .check(&alone(&p), "old")
+        .at(at_ms(at))
+        .await
+        .expect("decided");
+    assert!(decided[0].allowed);
+    assert_eq!(decided[0].remaining, 5, "6 left before it, 5 after");
+    assert_eq!(
+        packed_numbers(&mut connection, &key),
+        [5 * 60_000, at],
+        "rewritten packed"
+    );
+    // Read packed alike: the next admission leaves 4.
+    let decided = limiter
+        .check(&alone(&p), "old")
+        .at(at_ms(at))
+        .await
+        .expect("decided");
+    assert_eq!(decided[0].remaining, 4);
+    assert_eq!(packed_numbers(&mut connection, &key), [6 * 60_000, at]);
 }
