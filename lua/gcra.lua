@@ -1,5 +1,8 @@
--- GCRA (gcra): a string 'tat:interval', the theoretical arrival time (TAT) and the emission
--- interval it was reached by, both in microseconds. Each request moves the TAT one interval
+-- GCRA (gcra): a string of two big-endian 8-byte integers (16 bytes), the theoretical arrival
+-- time (TAT) and the emission interval it was reached by, both in microseconds; the text
+-- 'tat:interval' versions before kept is read alike and rewritten in this form by the next
+-- admission (packed, as the token bucket's is: read by struct in one call, written without a
+-- text formatted per state). Each request moves the TAT one interval
 -- later; it passes while TAT - now <= burst * interval. A TAT reached by another interval (a
 -- changed limit) is read as the same number of requests owed, at the interval in force.
 -- Made by gcra_functions when a call first checks a policy of it (dispatch.lua), so a call
@@ -13,74 +16,100 @@ local function gcra_functions()
   -- y >= 1, and a double quotient rounds up to the next integer only when x + y >= 2^53.
   -- (Instructions per decision, batches of 64 under callgrind: 45,600 -> see check.lua.)
 
-  -- The interval (us) of the last limit and window asked, and its ':interval' text: a call's
-  -- checks mostly share one policy, so they are worked out once (where asked, not in a function
-  -- of their own: a call costs as much).
-  local at_limit, at_window, interval, suffix = nil, nil, nil, nil
-  -- States by suffix, then TAT; TTLs.
-  local states, ttls = texts_by(function(suffix) return suffix end), texts()
-  -- What this call wrote at each key: its TAT (false where it deleted the key) and ':interval'
-  -- text. A script runs alone and its keys do not expire while it runs, so a client checked
+  -- The interval (us) of the last limit and window asked: a call's checks mostly share one
+  -- policy, so it is worked out once (where asked, not in a function of its own: a call costs
+  -- as much).
+  local at_limit, at_window, interval = nil, nil, nil
+  local ttls = texts()
+  -- The state a first admission writes (its TAT and interval) and its packed form: a call's
+  -- checks share a time and mostly a cost, so each packs it once.
+  local first_tat, first_interval, first_state = nil, nil, nil
+  local function first_packed(tat, interval)
+    if tat ~= first_tat or interval ~= first_interval then
+      first_tat, first_interval, first_state = tat, interval, struct.pack('>I8I8', tat, interval)
+    end
+    return first_state
+  end
+  -- What this call wrote at each key: its TAT (false where it deleted the key) and interval. A script runs alone and its keys do not expire while it runs, so a client checked
   -- again in the same call (a hot one) is read from here, not from Redis: one command a
   -- decision, its write, where the other read and wrote. Redis instructions per decision,
   -- uniform / Zipf keys, measured as the SET NX GET below: 23,014 / 28,857 -> 24,461 / 26,652
   -- (a table entry per client costs where clients do not repeat, and saves a read where they
   -- do).
-  local wrote_tat, wrote_suffix = {}, {}
+  local wrote_tat, wrote_interval = {}, {}
   -- A call's start, where these functions outlive the call (library.lua): what the last call
   -- wrote is Redis's now, read from there.
   local function gcra_fresh()
     if next(wrote_tat) then
-      wrote_tat, wrote_suffix = {}, {}
+      wrote_tat, wrote_interval = {}, {}
     end
   end
 
-  -- Sets key to the TAT tat reached by suffix's interval, owing reset ms.
-  local function gcra_write(key, tat, suffix, reset)
-    redis.call('SET', key, states[suffix][tat], 'PX', ttls[reset])
-    wrote_tat[key], wrote_suffix[key] = tat, suffix
+  -- Sets key to the TAT tat reached by interval, owing reset ms.
+  local function gcra_write(key, tat, interval, reset)
+    redis.call('SET', key, struct.pack('>I8I8', tat, interval), 'PX', ttls[reset])
+    wrote_tat[key], wrote_interval[key] = tat, interval
   end
 
-  -- The TAT at key at now_us under interval (suffix its ':interval' text), from v, the key's
-  -- value (read when this call has not written it and v is nil): never before now.
-  local function gcra_tat(key, interval, suffix, now_us, v)
-    local tat, was = wrote_tat[key], wrote_suffix[key]
+  -- The TAT and interval stored in v, the value at key.
+  local function gcra_state(key, v)
+    local tat, was
+    if #v == 16 and string.byte(v, 1) == 0 then
+      -- Packed (a text never starts with a zero byte), each number below 2^56.
+      tat, was = struct.unpack('>I8I8', v)
+      if tat >= 2 ^ 53 or was >= 2 ^ 53 then
+        was = 0
+      end
+    else
+      tat, was = match(v, '^(%d+):(%d+)$')
+      if not tat or #tat > 16 or #was > 16 then
+        was = 0
+      else
+        tat, was = tat + 0, was + 0
+      end
+    end
+    if was == 0 then
+      corrupt(key, 'is not a GCRA state')
+    end
+    return tat, was
+  end
+
+  -- The TAT at key at now_us under interval, from v, the key's value (read when this call has
+  -- not written it and v is nil): never before now.
+  local function gcra_tat(key, interval, now_us, v)
+    local tat, was = wrote_tat[key], wrote_interval[key]
     if tat == nil then
       v = v or redis.call('GET', key)
       if not v then
         return now_us
       end
-      tat, was = match(v, '^(%d+)(:%d+)$')
-      if not tat or #tat > 16 or #was > 17 or was == ':0' then
-        corrupt(key, 'is not a GCRA state')
-      end
-      tat = tat + 0
+      tat, was = gcra_state(key, v)
     end
     if not tat or tat <= now_us then
       return now_us
-    elseif was ~= suffix then
+    elseif was ~= interval then
       -- The same operations as the memory backend's, so both round alike.
-      return now_us + ceil((tat - now_us) * interval / string.sub(was, 2))
+      return now_us + ceil((tat - now_us) * interval / was)
     end
     return tat
   end
 
-  local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance, suffix)
+  local function gcra_take(key, limit, window, burst, now_us, cost, new_tat, interval, tolerance)
     local owed = new_tat - now_us
     local reset = floor((owed + 999) / 1000)
-    gcra_write(key, new_tat, suffix, reset)
+    gcra_write(key, new_tat, interval, reset)
     return floor(max(tolerance - owed, 0) / interval), reset
   end
 
   -- Stores the TAT tat (never before now) reached by interval: no key where it owes nothing, as
   -- no key would. Returns the quota then.
-  local function gcra_put(key, limit, window, burst, now_us, tat, interval, suffix)
+  local function gcra_put(key, limit, window, burst, now_us, tat, interval)
     if tat == now_us then
       redis.call('DEL', key)
       wrote_tat[key] = false
       return burst, 0
     end
-    return gcra_take(key, limit, window, burst, now_us, 0, tat, interval, burst * interval, suffix)
+    return gcra_take(key, limit, window, burst, now_us, 0, tat, interval, burst * interval)
   end
 
   -- GCRA admitting a request whose slot is at most slack_us away. Admitted: retry is the wait in
@@ -91,7 +120,6 @@ local function gcra_functions()
     slack_us = slack_us or 0
     if limit ~= at_limit or window ~= at_window then
       at_limit, at_window, interval = limit, window, ceil_div(window * 1000, limit)
-      suffix = ':' .. str(interval)
     end
     local tolerance = burst * interval
     local v = nil
@@ -103,13 +131,13 @@ local function gcra_functions()
       -- 40000`): 28,127 / 31,037 -> 23,014 / 28,857.
       local owed = cost * interval
       local reset = floor((owed + 999) / 1000)
-      v = redis.call('SET', key, states[suffix][now_us + owed], 'NX', 'GET', 'PX', ttls[reset])
+      v = redis.call('SET', key, first_packed(now_us + owed, interval), 'NX', 'GET', 'PX', ttls[reset])
       if not v then
-        wrote_tat[key], wrote_suffix[key] = now_us + owed, suffix
+        wrote_tat[key], wrote_interval[key] = now_us + owed, interval
         return 1, floor((tolerance - owed) / interval), reset, slack_us > 0 and 0 or -1
       end
     end
-    local owed = gcra_tat(key, interval, suffix, now_us, v) - now_us
+    local owed = gcra_tat(key, interval, now_us, v) - now_us
     local new_owed = owed + cost * interval
     local allowed, wait = 1, -1
     if cost > burst then
@@ -122,14 +150,14 @@ local function gcra_functions()
     if allowed == 1 and cost > 0 and not only_decide then
       -- gcra_take's write, here to save a call.
       local reset = floor((new_owed + 999) / 1000)
-      gcra_write(key, now_us + new_owed, suffix, reset)
+      gcra_write(key, now_us + new_owed, interval, reset)
       return 1, floor(max(tolerance - new_owed, 0) / interval), reset, wait
     end
     local remaining, reset = floor(max(tolerance - owed, 0) / interval), floor((owed + 999) / 1000)
     if allowed == 0 then
       return 0, remaining, reset, wait
     end
-    return 1, remaining, reset, wait, now_us + new_owed, interval, tolerance, suffix
+    return 1, remaining, reset, wait, now_us + new_owed, interval, tolerance
   end
 
   local function gcra(key, limit, window, burst, now_us, cost, slack_us)
@@ -140,17 +168,15 @@ local function gcra_functions()
   -- cost intervals earlier, and the quota then, as decide would have replied.
   local function gcra_untake(key, limit, window, burst, now_us, cost)
     local interval = ceil_div(window * 1000, limit)
-    local suffix = ':' .. str(interval)
-    local tat = max(gcra_tat(key, interval, suffix, now_us) - cost * interval, now_us)
-    return gcra_put(key, limit, window, burst, now_us, tat, interval, suffix)
+    local tat = max(gcra_tat(key, interval, now_us) - cost * interval, now_us)
+    return gcra_put(key, limit, window, burst, now_us, tat, interval)
   end
 
   -- Moves the TAT back by cost intervals, never before now (a TAT already past owes nothing);
   -- without at_us, cost intervals later, past the tolerance.
   local gcra_settle = SETTLES and function(key, limit, window, burst, now_us, cost, at_us)
     local interval = ceil_div(window * 1000, limit)
-    local suffix = ':' .. str(interval)
-    local tat = gcra_tat(key, interval, suffix, now_us)
+    local tat = gcra_tat(key, interval, now_us)
     if at_us then
       if tat == now_us then
         return 0
@@ -159,11 +185,20 @@ local function gcra_functions()
     else
       tat = min(tat + cost * interval, now_us + MAX_DEBT)
     end
-    gcra_put(key, limit, window, burst, now_us, tat, interval, suffix)
+    gcra_put(key, limit, window, burst, now_us, tat, interval)
     return 1
+  end
+  -- The state at key as the text 'tat:interval', for an inspection.
+  local function gcra_text(key)
+    local v = redis.call('GET', key)
+    if not v then
+      return v
+    end
+    local tat, was = gcra_state(key, v)
+    return str(tat) .. ':' .. str(was)
   end
   return {
     decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone, untake = gcra_untake,
-    fresh = gcra_fresh,
+    fresh = gcra_fresh, text = gcra_text,
   }
 end

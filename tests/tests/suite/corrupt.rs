@@ -71,7 +71,7 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
                 .arg(&[&[0, 0x40][..], &[0; 6], &T0.to_be_bytes()].concat()[..])
                 .clone(),
         ],
-        // 'tat:interval' (us).
+        // Two big-endian 8-byte integers, or the text 'tat:interval' (us) of versions before.
         Algorithm::Gcra => vec![
             set("soon"),
             set(""),
@@ -79,6 +79,11 @@ fn spoilers(p: &Policy, key: &str) -> Vec<redis::Cmd> {
             set("4000000000000000:0"),
             set("4000000000000000:x"),
             set("99999999999999999999:100000"),
+            // Packed, its interval 0.
+            redis::cmd("SET")
+                .arg(key)
+                .arg(&[&T0.to_be_bytes()[..], &[0; 8]].concat()[..])
+                .clone(),
         ],
         _ => unreachable!("every algorithm is listed"),
     };

@@ -1,7 +1,8 @@
 //! State written by earlier versions: a sliding counter kept as a hash (`w`, `p`, `c`), or as the
 //! text `w:p:c` that replaced it, is read as the packed string that replaced both (three
 //! big-endian 8-byte integers), decides alike, and is rewritten packed by the next admission,
-//! keeping its deadline; a token bucket kept as the text `used:last` likewise (two integers).
+//! keeping its deadline; a token bucket kept as the text `used:last`, or GCRA as `tat:interval`,
+//! likewise (two integers).
 
 use deadpool_redis::redis;
 use redlimit::Algorithm;
@@ -79,39 +80,53 @@ fn packed_numbers(connection: &mut redis::Connection, key: &str) -> Vec<u64> {
 }
 
 #[tokio::test]
-async fn a_token_bucket_kept_as_text_is_read_alike_and_rewritten_packed() {
+async fn a_token_bucket_or_gcra_kept_as_text_is_read_alike_and_rewritten_packed() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     let mut connection = server.connection();
-    // 10 a minute, a bucket of 10: 4 tokens taken at `at` (kept times the window), 6 left.
-    let p = policy(Algorithm::TokenBucket, 10, 60_000, None);
     let at = T0 + 30_000;
-    let key = limiter.keys().key(&p, "old");
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg(format!("{}:{at}", 4 * 60_000))
-        .arg("PX")
-        .arg(90_000)
-        .query(&mut connection)
-        .expect("SET");
-    let decided = limiter
-        .check(&alone(&p), "old")
-        .at(at_ms(at))
-        .await
-        .expect("decided");
-    assert!(decided[0].allowed);
-    assert_eq!(decided[0].remaining, 5, "6 left before it, 5 after");
-    assert_eq!(
-        packed_numbers(&mut connection, &key),
-        [5 * 60_000, at],
-        "rewritten packed"
-    );
-    // Read packed alike: the next admission leaves 4.
-    let decided = limiter
-        .check(&alone(&p), "old")
-        .at(at_ms(at))
-        .await
-        .expect("decided");
-    assert_eq!(decided[0].remaining, 4);
-    assert_eq!(packed_numbers(&mut connection, &key), [6 * 60_000, at]);
+    let at_us = at * 1000;
+    // 10 a minute, 10 at once: 4 owed at `at`, so 6 left before a check and 5 after it. A
+    // bucket keeps the tokens taken times the window, and the last refill (ms); GCRA its TAT
+    // and the interval that reached it (us).
+    let interval = 6_000_000;
+    let forms = [
+        (
+            Algorithm::TokenBucket,
+            format!("{}:{at}", 4 * 60_000),
+            [5 * 60_000, at],
+            [6 * 60_000, at],
+        ),
+        (
+            Algorithm::Gcra,
+            format!("{}:{interval}", at_us + 4 * interval),
+            [at_us + 5 * interval, interval],
+            [at_us + 6 * interval, interval],
+        ),
+    ];
+    for (algorithm, text, first, second) in forms {
+        let p = policy(algorithm, 10, 60_000, None);
+        let key = limiter.keys().key(&p, "old");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(text)
+            .arg("PX")
+            .arg(90_000)
+            .query(&mut connection)
+            .expect("SET");
+        for (remaining, packed) in [(5, first), (4, second)] {
+            let decided = limiter
+                .check(&alone(&p), "old")
+                .at(at_ms(at))
+                .await
+                .expect("decided");
+            assert!(decided[0].allowed, "{algorithm:?}");
+            assert_eq!(decided[0].remaining, remaining, "{algorithm:?}");
+            assert_eq!(
+                packed_numbers(&mut connection, &key),
+                packed,
+                "{algorithm:?}: rewritten packed, then read so"
+            );
+        }
+    }
 }
