@@ -21,15 +21,8 @@ local function gcra_functions()
   -- as much).
   local at_limit, at_window, interval = nil, nil, nil
   local ttls = texts()
-  -- The state a first admission writes (its TAT and interval) and its packed form: a call's
-  -- checks share a time and mostly a cost, so each packs it once.
-  local first_tat, first_interval, first_state = nil, nil, nil
-  local function first_packed(tat, interval)
-    if tat ~= first_tat or interval ~= first_interval then
-      first_tat, first_interval, first_state = tat, interval, struct.pack('>I8I8', tat, interval)
-    end
-    return first_state
-  end
+  -- The state a first admission writes, its TAT and interval, packed.
+  local first_packed = packer()
   -- What this call wrote at each key: its TAT (false where it deleted the key) and interval. A script runs alone and its keys do not expire while it runs, so a client checked
   -- again in the same call (a hot one) is read from here, not from Redis: one command a
   -- decision, its write, where the other read and wrote. Redis instructions per decision,
@@ -188,17 +181,8 @@ local function gcra_functions()
     gcra_put(key, limit, window, burst, now_us, tat, interval)
     return 1
   end
-  -- The state at key as the text 'tat:interval', for an inspection.
-  local function gcra_text(key)
-    local v = redis.call('GET', key)
-    if not v then
-      return v
-    end
-    local tat, was = gcra_state(key, v)
-    return str(tat) .. ':' .. str(was)
-  end
   return {
     decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone, untake = gcra_untake,
-    fresh = gcra_fresh, text = gcra_text,
+    fresh = gcra_fresh, text = pair_text(gcra_state),
   }
 end

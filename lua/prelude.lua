@@ -155,6 +155,31 @@ local function texts_by(suffix_of)
   })
 end
 
+-- Two integers as big-endian 8-byte ones, the last two packed kept: a call's first admissions
+-- share a time and mostly a cost, so they pack one state once.
+local function packer()
+  local kept_a, kept_b, kept = nil, nil, nil
+  return function(a, b)
+    if a ~= kept_a or b ~= kept_b then
+      kept_a, kept_b, kept = a, b, struct.pack('>I8I8', a, b)
+    end
+    return kept
+  end
+end
+
+-- An inspection's text of a state of two integers: for a key, 'a:b' of what state_of(key,
+-- value) reads from its value (nil where the key is absent), as versions before stored it.
+local function pair_text(state_of)
+  return function(key)
+    local v = redis.call('GET', key)
+    if not v then
+      return v
+    end
+    local a, b = state_of(key, v)
+    return str(a) .. ':' .. str(b)
+  end
+end
+
 -- floor(a / b) for integers, corrected in case the double division rounded across an integer.
 local function div(a, b)
   local q = floor(a / b)

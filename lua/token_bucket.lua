@@ -67,15 +67,8 @@ local function token_bucket_functions()
   end
 
   local ttls = texts()
-  -- The state a first admission writes (its tokens and time) and its packed form: a call's
-  -- checks share a time and mostly a cost, so each packs it once.
-  local first_used, first_last, first_state = nil, nil, nil
-  local function first_packed(used, last)
-    if used ~= first_used or last ~= first_last then
-      first_used, first_last, first_state = used, last, struct.pack('>I8I8', used, last)
-    end
-    return first_state
-  end
+  -- The state a first admission writes, its tokens and time, packed.
+  local first_packed = packer()
 
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
@@ -157,17 +150,8 @@ local function token_bucket_functions()
     token_bucket_take(key, rate, window, burst, now_us, cost, used, last, last - now)
     return 1
   end
-  -- The state at key as the text 'used:last', for an inspection.
-  local function token_bucket_text(key)
-    local v = redis.call('GET', key)
-    if not v then
-      return v
-    end
-    local used, last = bucket_state(key, v)
-    return str(used) .. ':' .. str(last)
-  end
   return {
     decide = token_bucket, take = token_bucket_take, settle = token_bucket_settle, alone = token_bucket_alone,
-    untake = token_bucket_untake, fresh = token_bucket_fresh, text = token_bucket_text,
+    untake = token_bucket_untake, fresh = token_bucket_fresh, text = pair_text(bucket_state),
   }
 end
