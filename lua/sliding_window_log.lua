@@ -42,13 +42,17 @@ local function sliding_window_log_functions()
     if expired > 0 then
       redis.call('ZREMRANGEBYSCORE', key, '-inf', text[now - window])
     end
-    local reset = max(newest, now) + window - now
+    -- Comparisons and floors inline rather than max and math.floor: each call of a function
+    -- costs Redis some 300 instructions. A floor of a double quotient of times in ms is exact.
+    local reset = (newest > now and newest or now) + window - now
     -- The key's TTL is set at the first admission of each quarter of a window, not at every
     -- one: set then, it outlasts every entry of that quarter by a quarter (and a clock skewed
     -- by as much). Redis instructions per decision, uniform / Zipf keys (`redlimit-bench
     -- --mode instructions --decisions 40000`): 53,929 / 50,144 -> 49,955 / 48,452.
-    local quarter = max(floor(window / 4), 1)
-    if newest < 0 or floor(newest / quarter) ~= floor(now / quarter) then
+    local quarter = window / 4
+    quarter = quarter < 1 and 1 or quarter - quarter % 1
+    local newest_quarter, now_quarter = newest / quarter, now / quarter
+    if newest < 0 or newest_quarter - newest_quarter % 1 ~= now_quarter - now_quarter % 1 then
       redis.call('PEXPIRE', key, text[reset + quarter])
     end
     return limit - count - cost, reset
@@ -67,7 +71,7 @@ local function sliding_window_log_functions()
       newest = entry_time(key, redis.call('ZRANGE', key, '-1', '-1'))
       reset = newest + window - now
     end
-    local remaining = max(limit - count, 0)
+    local remaining = count < limit and limit - count or 0
     if cost > limit then
       return 0, remaining, reset, NEVER
     elseif count + cost > limit then
