@@ -201,3 +201,53 @@ async fn a_gcra_or_token_bucket_admission_within_the_rate_is_one_command_of_stat
         );
     }
 }
+
+#[tokio::test]
+async fn a_sliding_counter_admission_in_its_own_window_is_written_in_place() {
+    let server = RedisServer::start();
+    let mut admin = server.connection();
+    let limiter = server.limiter();
+    let p = policy(Algorithm::SlidingWindowCounter, 100, 60_000, None);
+    let set = alone(&p);
+    let key = limiter.keys().key(&p, "client");
+    let at = T0 - T0 % 60_000 + 10_000;
+    let pttl = |admin: &mut redis::Connection| -> i64 {
+        redis::cmd("PTTL").arg(&key).query(admin).expect("PTTL")
+    };
+    // A new window's first admission sets the key and its deadline, the end of the next window.
+    let before = command_calls(&mut admin);
+    limiter
+        .check(&set, "client")
+        .at(at_ms(at))
+        .await
+        .expect("check");
+    let after = command_calls(&mut admin);
+    assert_eq!(ran(&before, &after, &["set", "setrange"]), 1);
+    let deadline = pttl(&mut admin);
+    // Later ones in that window write over the state in place, keeping the deadline.
+    let before = command_calls(&mut admin);
+    for n in 1..=3 {
+        let decisions = limiter
+            .check(&set, "client")
+            .at(at_ms(at + n))
+            .await
+            .expect("check");
+        assert_eq!(decisions[0].remaining, 100 - 1 - n);
+    }
+    let after = command_calls(&mut admin);
+    assert_eq!(
+        (
+            ran(&before, &after, &["setrange"]),
+            ran(&before, &after, &["set"])
+        ),
+        (3, 0),
+        "{after:?}"
+    );
+    let kept = pttl(&mut admin);
+    assert!(
+        kept <= deadline && kept > deadline - 60_000,
+        "its deadline kept: {deadline} then {kept}"
+    );
+    let value: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut admin).expect("GET");
+    assert_eq!(value.len(), 24, "still three packed integers");
+}
