@@ -68,16 +68,16 @@ local function fixed_window_functions()
     local packed = limit < COUNTS
     local reply
     if packed then
-      reply = redis.pcall('GET', key)
+      reply = redis_pcall('GET', key)
     else
-      reply = redis.pcall('HMGET', key, 's', 'n')
+      reply = redis_pcall('HMGET', key, 's', 'n')
     end
     if type(reply) == 'table' and reply.err then
       packed = not packed
       if packed then
-        reply = redis.call('GET', key)
+        reply = redis_call('GET', key)
       else
-        reply = redis.call('HMGET', key, 's', 'n')
+        reply = redis_call('HMGET', key, 's', 'n')
       end
     end
     if not packed then
@@ -142,19 +142,19 @@ local function fixed_window_functions()
   local function fixed_window_take(key, limit, window, burst, now_us, cost, start, n, now, packed, aligned)
     local finish = start + window
     if n == 0 and limit < COUNTS and cost < COUNTS then
-      redis.call('SET', key, packed_text[cost][head_of(start, window, aligned)], 'PX', text[finish - now])
+      redis_call('SET', key, packed_text[cost][head_of(start, window, aligned)], 'PX', text[finish - now])
     elseif n > 0 and packed and n + cost < COUNTS then
-      redis.call('INCRBY', key, text[cost])
+      redis_call('INCRBY', key, text[cost])
     elseif n > 0 and not packed then
-      redis.call('HINCRBY', key, 'n', cost)
+      redis_call('HINCRBY', key, 'n', cost)
     else
       -- A new window of a limit of COUNTS or more, or a packed count that would reach COUNTS:
       -- a hash, in place of any string there.
       if packed then
-        redis.call('DEL', key)
+        redis_call('DEL', key)
       end
-      redis.call('HSET', key, 's', start, 'n', n + cost)
-      redis.call('PEXPIRE', key, finish - now)
+      redis_call('HSET', key, 's', start, 'n', n + cost)
+      redis_call('PEXPIRE', key, finish - now)
     end
     return window_quota(limit, n + cost, finish, now)
   end
@@ -195,10 +195,10 @@ local function fixed_window_functions()
             indexes[window] = index
           end
           if index < EXACT_HEADS then
-            v = redis.pcall('INCRBY', key, cost_text)
+            v = redis_pcall('INCRBY', key, cost_text)
           end
         elseif server_time and window <= SHORT_WINDOWS then
-          v = redis.pcall('INCRBY', key, cost_text)
+          v = redis_pcall('INCRBY', key, cost_text)
         end
       end
       -- Not counted by INCRBY (a hash: a limit on the other side of COUNTS; not an integer:
@@ -206,7 +206,7 @@ local function fixed_window_functions()
       -- 2^53 (fwa's whole start, read as text), its cost given back: decide, then take.
       if type(v) ~= 'number' or v >= 2 ^ 53 then
         if type(v) == 'number' then
-          redis.call('DECRBY', key, cost_text)
+          redis_call('DECRBY', key, cost_text)
         end
         local allowed, remaining, reset, retry, b, c, d, e = window_decide(key, limit, window, now_us, cost, aligned)
         if allowed == 1 and cost > 0 then
@@ -215,7 +215,7 @@ local function fixed_window_functions()
         return allowed, remaining, reset, retry
       end
       if v < cost then
-        redis.call('DECRBY', key, cost_text)
+        redis_call('DECRBY', key, cost_text)
         corrupt(key, 'holds a non-integer value')
       end
       -- v / PACK can round up to the next integer, never down below one.
@@ -228,7 +228,7 @@ local function fixed_window_functions()
         if head < index then
           -- No window, or an ended one: this one starts with the cost.
           finish = (index + 1) * window
-          redis.call('SET', key, text[index * PACK + cost], 'PX', text[finish - now])
+          redis_call('SET', key, text[index * PACK + cost], 'PX', text[finish - now])
           return 1, limit - cost, finish - now, -1
         end
         finish = (head + 1) * window
@@ -236,13 +236,13 @@ local function fixed_window_functions()
         finish = anchored_start(head, now) + window
         if now >= finish then
           -- No window, or an ended one: this one starts now with the cost.
-          redis.call('SET', key, packed_text[cost][head_of(now, window, false)], 'PX', text[window])
+          redis_call('SET', key, packed_text[cost][head_of(now, window, false)], 'PX', text[window])
           return 1, limit - cost, window, -1
         end
       end
       -- This window, or a later one (a clock that stepped back counts in it).
       if n > limit then
-        redis.call('DECRBY', key, cost_text)
+        redis_call('DECRBY', key, cost_text)
         return 0, max(limit - n + cost, 0), finish - now, finish - now
       end
       return 1, limit - n, finish - now, -1
@@ -255,13 +255,13 @@ local function fixed_window_functions()
   -- counted, it would start the client's next window now instead of at its next request.
   local function window_untake(aligned)
     return function(key, limit, window, burst, now_us, cost)
-      if type(redis.pcall('DECRBY', key, text[cost])) ~= 'number' then
-        redis.call('HINCRBY', key, 'n', -cost)
+      if type(redis_pcall('DECRBY', key, text[cost])) ~= 'number' then
+        redis_call('HINCRBY', key, 'n', -cost)
       end
       local now = div(now_us, 1000)
       local start, n = window_now(key, limit, window, now, aligned)
       if n == 0 and not aligned and start == now then
-        redis.call('DEL', key)
+        redis_call('DEL', key)
       end
       return window_quota(limit, n, start + window, now)
     end
@@ -285,9 +285,9 @@ local function fixed_window_functions()
         return 0
       end
       if packed then
-        redis.call('DECRBY', key, min(n, cost))
+        redis_call('DECRBY', key, min(n, cost))
       else
-        redis.call('HINCRBY', key, 'n', -min(n, cost))
+        redis_call('HINCRBY', key, 'n', -min(n, cost))
       end
       return 1
     end

@@ -40,7 +40,7 @@ local function gcra_functions()
 
   -- Sets key to the TAT tat reached by interval, owing reset ms.
   local function gcra_write(key, tat, interval, reset)
-    redis.call('SET', key, struct.pack('>I8I8', tat, interval), 'PX', ttls[reset])
+    redis_call('SET', key, struct.pack('>I8I8', tat, interval), 'PX', ttls[reset])
     wrote_tat[key], wrote_interval[key] = tat, interval
   end
 
@@ -72,7 +72,7 @@ local function gcra_functions()
   local function gcra_tat(key, interval, now_us, v)
     local tat, was = wrote_tat[key], wrote_interval[key]
     if tat == nil then
-      v = v or redis.call('GET', key)
+      v = v or redis_call('GET', key)
       if not v then
         return now_us
       end
@@ -98,7 +98,7 @@ local function gcra_functions()
   -- no key would. Returns the quota then.
   local function gcra_put(key, limit, window, burst, now_us, tat, interval)
     if tat == now_us then
-      redis.call('DEL', key)
+      redis_call('DEL', key)
       wrote_tat[key] = false
       return burst, 0
     end
@@ -124,7 +124,7 @@ local function gcra_functions()
       -- 40000`): 28,127 / 31,037 -> 23,014 / 28,857.
       local owed = cost * interval
       local reset = floor((owed + 999) / 1000)
-      v = redis.call('SET', key, first_packed(now_us + owed, interval), 'NX', 'GET', 'PX', ttls[reset])
+      v = redis_call('SET', key, first_packed(now_us + owed, interval), 'NX', 'GET', 'PX', ttls[reset])
       if not v then
         wrote_tat[key], wrote_interval[key] = now_us + owed, interval
         return 1, floor((tolerance - owed) / interval), reset, slack_us > 0 and 0 or -1

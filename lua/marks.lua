@@ -12,7 +12,7 @@ local function load_marks()
   -- in ms; n = bans so far, remembered for 'max' ms after a ban ends when bans escalate).
   -- The ms until the client's ban ends, or nil when it is not banned.
   function m.banned(bkey, now)
-    local until_ms = int(bkey, redis.call('HGET', bkey, 'u'))
+    local until_ms = int(bkey, redis_call('HGET', bkey, 'u'))
     if until_ms and until_ms > now then
       return until_ms - now
     end
@@ -23,21 +23,21 @@ local function load_marks()
   -- on each repeat up to 'max' when max > 0) and returns its length in ms.
   function m.strike(skey, bkey, ban, now)
     local after, within, length, most = ban[1], ban[2], ban[3], ban[4]
-    local strikes = redis.call('INCR', skey)
+    local strikes = redis_call('INCR', skey)
     if strikes == 1 then
-      redis.call('PEXPIRE', skey, within)
+      redis_call('PEXPIRE', skey, within)
     end
     if strikes <= after then
       return nil
     end
-    redis.call('DEL', skey)
-    local n = redis.call('HINCRBY', bkey, 'n', 1)
+    redis_call('DEL', skey)
+    local n = redis_call('HINCRBY', bkey, 'n', 1)
     if most > 0 then
       -- Doubling stops at max; past 2^40 the double would lose exactness.
       length = min(length * 2 ^ min(n - 1, 40), most)
     end
-    redis.call('HSET', bkey, 'u', str(now + length))
-    redis.call('PEXPIRE', bkey, length + most)
+    redis_call('HSET', bkey, 'u', str(now + length))
+    redis_call('PEXPIRE', bkey, length + most)
     return length
   end
 
@@ -45,7 +45,7 @@ local function load_marks()
   -- numbers for this client and the key its state lives under with them (in the client's slot).
   -- The counter key and numbers to check by.
   function m.overridden(okey, key, limit, window, burst)
-    local stored = redis.call('GET', okey)
+    local stored = redis_call('GET', okey)
     if not stored then
       return key, limit, window, burst
     end

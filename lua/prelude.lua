@@ -45,9 +45,12 @@ local NEVER = -2
 -- SET_STEP times its set's number) are locals the script's first lines declare, written from the
 -- Rust constants of the protocol. Flags holds flag when flags % (2 * flag) >= flag: Redis's Lua
 -- has no bit operators, and a call per test would cost more than the arithmetic.
--- Globals read once per script run, not at every use.
+-- Globals read once per script run, not at every use: redis.call is a global and a field read,
+-- some 200 instructions of each command a check runs (callgrind, a ZCARD in a script: 3,361 ->
+-- 3,167).
 local floor, ceil, max, min, match, format = math.floor, math.ceil, math.max, math.min, string.match,
   string.format
+local redis_call, redis_pcall = redis.call, redis.pcall
 
 -- Corrupt state is an error, never a decision.
 local function corrupt(key, why)
@@ -171,7 +174,7 @@ end
 -- value) reads from its value (nil where the key is absent), as versions before stored it.
 local function pair_text(state_of)
   return function(key)
-    local v = redis.call('GET', key)
+    local v = redis_call('GET', key)
     if not v then
       return v
     end
@@ -182,7 +185,9 @@ end
 
 -- floor(a / b) for integers, corrected in case the double division rounded across an integer.
 local function div(a, b)
-  local q = floor(a / b)
+  -- floor by arithmetic, not a call of math.floor (some 300 instructions).
+  local q = a / b
+  q = q - q % 1
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -219,7 +224,7 @@ local server_time = false
 local function clock(at)
   if at == '' then
     server_time = true
-    local time = redis.call('TIME')
+    local time = redis_call('TIME')
     return time[1] * 1000000 + time[2]
   end
   return tonumber(at)
@@ -228,7 +233,7 @@ end
 -- Retries counted once: a request with an idempotency key answers what the first request with
 -- it answered (remembered for its window, in ms).
 local function seen_before(idem)
-  local stored = redis.call('GET', idem)
+  local stored = redis_call('GET', idem)
   if not stored then
     return nil
   end
@@ -247,9 +252,9 @@ local function remember(idem, reply, first, last, window)
     parts[#parts + 1] = str(reply[i])
   end
   if window then
-    redis.call('SET', idem, table.concat(parts, ','), 'PX', window)
+    redis_call('SET', idem, table.concat(parts, ','), 'PX', window)
   else
-    redis.call('SET', idem, table.concat(parts, ','), 'KEEPTTL')
+    redis_call('SET', idem, table.concat(parts, ','), 'KEEPTTL')
   end
 end
 

@@ -3,10 +3,10 @@
 -- ttl more, { 0 } when it had expired (its slot may be someone else's).
 local key, ttl, id = KEYS[1], tonumber(ARGV[3]), ARGV[4]
 local now = div(clock(ARGV[1]), 1000)
-local expiry = redis.call('ZSCORE', key, id)
+local expiry = redis_call('ZSCORE', key, id)
 if not expiry or tonumber(expiry) <= now then
   return { 0 }
 end
-redis.call('ZADD', key, now + ttl, id)
-redis.call('PEXPIRE', key, ttl)
+redis_call('ZADD', key, now + ttl, id)
+redis_call('PEXPIRE', key, ttl)
 return { 1 }

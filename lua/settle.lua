@@ -44,7 +44,7 @@ while a <= last do
     -- changes nothing.
     local first = true
     if given then
-      first = redis.call('SET', KEYS[k], '1', 'NX', 'PX', GIVEN_TTL_MS) ~= false
+      first = redis_call('SET', KEYS[k], '1', 'NX', 'PX', GIVEN_TTL_MS) ~= false
       k = k + 1
     end
     local changed = 0

@@ -76,7 +76,7 @@ local function sliding_window_counter_functions()
     end
     if type(v) == 'table' then
       if v.err and match(v.err, 'WRONGTYPE') then
-        return ints(key, redis.call('HMGET', key, 'w', 'p', 'c'))
+        return ints(key, redis_call('HMGET', key, 'w', 'p', 'c'))
       end
       error(v)
     elseif not v then
@@ -92,7 +92,7 @@ local function sliding_window_counter_functions()
   -- The counts a check at now weighs, whether the stored window is its own (2 packed, 1 in an
   -- earlier form, 0 not its own), the stored window index, and where in its window the check is.
   local function counter_now(key, window, now)
-    local stored, p, c, packed = counter_state(key, redis.pcall('GET', key))
+    local stored, p, c, packed = counter_state(key, redis_pcall('GET', key))
     local index, elapsed, shift = counter_position(now, window, stored)
     local prev, curr, same = 0, 0, 0
     if stored == index then
@@ -113,11 +113,11 @@ local function sliding_window_counter_functions()
   local function counter_add(key, window, cost, same, index, prev, curr, elapsed, shift)
     local state = struct.pack(PACKED, index, prev, curr + cost)
     if same == 2 then
-      redis.call('SETRANGE', key, '0', state)
+      redis_call('SETRANGE', key, '0', state)
     elseif same == 1 then
-      redis.call('SET', key, state, 'KEEPTTL')
+      redis_call('SET', key, state, 'KEEPTTL')
     else
-      redis.call('SET', key, state, 'PX', text[shift + 2 * window - elapsed])
+      redis_call('SET', key, state, 'PX', text[shift + 2 * window - elapsed])
     end
   end
 
@@ -160,7 +160,7 @@ local function sliding_window_counter_functions()
       sliding_window_counter_take(key, limit, window, burst, now_us, cost, same, prev, curr, stored)
       return 1
     end
-    local stored, p, c = counter_state(key, redis.pcall('GET', key))
+    local stored, p, c = counter_state(key, redis_pcall('GET', key))
     local index = div(div(at_us, 1000), window)
     if stored == index and c > 0 then
       c = c - min(c, cost)
@@ -169,12 +169,12 @@ local function sliding_window_counter_functions()
     else
       return 0
     end
-    redis.call('SET', key, struct.pack(PACKED, stored, p, c), 'KEEPTTL')
+    redis_call('SET', key, struct.pack(PACKED, stored, p, c), 'KEEPTTL')
     return 1
   end
   -- The state at key as the text 'w:p:c', for an inspection.
   local function sliding_window_counter_text(key)
-    local w, p, c = counter_state(key, redis.pcall('GET', key))
+    local w, p, c = counter_state(key, redis_pcall('GET', key))
     return w and text[w] .. ':' .. text[p] .. ':' .. text[c]
   end
   return {

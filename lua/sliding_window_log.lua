@@ -27,7 +27,7 @@ local function sliding_window_log_functions()
     -- A check's usual cost, added without a table (instructions per decision, 64 per call on
     -- 10,000 keys, callgrind: 65,994 -> 61,890).
     if cost == 1 then
-      added = redis.call('ZADD', key, stamp, stamp .. ':' .. text[number])
+      added = redis_call('ZADD', key, stamp, stamp .. ':' .. text[number])
       number = number + 1
     end
     while added < cost do
@@ -37,10 +37,10 @@ local function sliding_window_log_functions()
         batch[#batch + 1] = stamp .. ':' .. text[number]
         number = number + 1
       end
-      added = added + redis.call('ZADD', key, unpack(batch))
+      added = added + redis_call('ZADD', key, unpack(batch))
     end
     if expired > 0 then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', text[now - window])
+      redis_call('ZREMRANGEBYSCORE', key, '-inf', text[now - window])
     end
     -- Comparisons and floors inline rather than max and math.floor: each call of a function
     -- costs Redis some 300 instructions. A floor of a double quotient of times in ms is exact.
@@ -53,7 +53,7 @@ local function sliding_window_log_functions()
     quarter = quarter < 1 and 1 or quarter - quarter % 1
     local newest_quarter, now_quarter = newest / quarter, now / quarter
     if newest < 0 or newest_quarter - newest_quarter % 1 ~= now_quarter - now_quarter % 1 then
-      redis.call('PEXPIRE', key, text[reset + quarter])
+      redis_call('PEXPIRE', key, text[reset + quarter])
     end
     return limit - count - cost, reset
   end
@@ -64,11 +64,11 @@ local function sliding_window_log_functions()
   -- Redis refuses when it is out of memory.
   local function sliding_window_log_alone(key, limit, window, burst, now_us, cost, _, _, only_decide)
     local now = ms_of(now_us)
-    local expired = redis.call('ZCOUNT', key, '-inf', text[now - window])
-    local count = redis.call('ZCARD', key) - expired
+    local expired = redis_call('ZCOUNT', key, '-inf', text[now - window])
+    local count = redis_call('ZCARD', key) - expired
     local newest, reset = -1, 0
     if count > 0 then
-      newest = entry_time(key, redis.call('ZRANGE', key, '-1', '-1'))
+      newest = entry_time(key, redis_call('ZRANGE', key, '-1', '-1'))
       reset = newest + window - now
     end
     local remaining = count < limit and limit - count or 0
@@ -77,7 +77,7 @@ local function sliding_window_log_functions()
     elseif count + cost > limit then
       -- The oldest count + cost - limit entries in the window must leave it first.
       local rank = text[expired + count + cost - limit - 1]
-      return 0, remaining, reset, entry_time(key, redis.call('ZRANGE', key, rank, rank)) + window - now
+      return 0, remaining, reset, entry_time(key, redis_call('ZRANGE', key, rank, rank)) + window - now
     elseif only_decide or cost == 0 then
       return 1, remaining, reset, -1, count, newest, expired
     end
@@ -96,25 +96,25 @@ local function sliding_window_log_functions()
   local sliding_window_log_settle = SETTLES and function(key, limit, window, burst, now_us, cost, at_us)
     if not at_us then
       local now = div(now_us, 1000)
-      local expired = redis.call('ZCOUNT', key, '-inf', now - window)
-      local count = redis.call('ZCARD', key) - expired
-      local newest = count > 0 and entry_time(key, redis.call('ZRANGE', key, -1, -1)) or now
+      local expired = redis_call('ZCOUNT', key, '-inf', now - window)
+      local count = redis_call('ZCARD', key) - expired
+      local newest = count > 0 and entry_time(key, redis_call('ZRANGE', key, -1, -1)) or now
       sliding_window_log_take(key, limit, window, burst, now_us, min(cost, limit), count, newest, expired)
-      redis.call('ZREMRANGEBYRANK', key, 0, -(limit + 1))
+      redis_call('ZREMRANGEBYRANK', key, 0, -(limit + 1))
       return 1
     end
     local at = div(at_us, 1000)
-    local entries = redis.call('ZRANGEBYSCORE', key, at, at, 'LIMIT', 0, cost)
+    local entries = redis_call('ZRANGEBYSCORE', key, at, at, 'LIMIT', 0, cost)
     if #entries == 0 then
       return 0
     end
-    redis.call('ZREM', key, unpack(entries))
+    redis_call('ZREM', key, unpack(entries))
     return 1
   end
   -- A refund (REFUND): removes the newest cost entries, whenever they were taken; a settle
   -- removes only those stamped with its reservation's time.
   local sliding_window_log_refund = SETTLES and function(key, limit, window, burst, now_us, cost)
-    return redis.call('ZREMRANGEBYRANK', key, -cost, -1) > 0 and 1 or 0
+    return redis_call('ZREMRANGEBYRANK', key, -cost, -1) > 0 and 1 or 0
   end
   return {
     decide = sliding_window_log, take = sliding_window_log_take, settle = sliding_window_log_settle,

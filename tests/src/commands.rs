@@ -16,6 +16,7 @@ const INSIDE_SCRIPTS: &[&str] = &[
     "pexpire",
     "get",
     "set",
+    "setrange",
     "incrby",
     "decrby",
     "zremrangebyscore",
