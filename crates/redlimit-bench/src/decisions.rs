@@ -64,7 +64,7 @@ impl Decide for Contender {
                 policy,
             } => {
                 // What redlimit sends for a fixed window, under a prefix of its own.
-                let reply: Vec<u8> = redlimit::check_command(keys, policy, client, sha1)
+                let reply: Vec<u8> = redlimit::check_command(keys, policy, &[client], sha1)
                     .query_async(&mut conn.clone())
                     .await
                     .expect("raw EVALSHA");

@@ -199,12 +199,14 @@ fn main() -> ExitCode {
     }
     if settings.runs("saturate") {
         if saturate::available() {
-            let rows = saturate::run(&url, &settings);
+            let (rows, by_round) = saturate::run(&url, &settings);
             report::print(
-                "saturate (redis-benchmark -c 64 -P 16: each script at Redis saturation)",
+                "saturate (redis-benchmark -c 64 -P 16: each script at Redis saturation; Redis µs \
+                 = time inside its calls per decision)",
                 &rows,
                 decisions::NAIVE,
             );
+            saturate::print_paired(&rows, &by_round);
         } else {
             println!(
                 "\nsaturate: redis-benchmark is not installed (Debian: apt-get install redis-tools)"

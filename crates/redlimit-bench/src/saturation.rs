@@ -49,7 +49,7 @@ pub(crate) enum Contender {
 /// a tenth of a run), but for the sliding log's, which keeps an entry per request (limit 100, as
 /// the rows say). Below 1,000,000, so that fixed windows keep their one-string state, as
 /// any limit of a client (not of a whole service) does.
-fn generous(algorithm: Algorithm) -> Policy {
+pub(crate) fn generous(algorithm: Algorithm) -> Policy {
     let limit = if algorithm == Algorithm::SlidingWindowLog {
         100
     } else {
@@ -419,7 +419,7 @@ impl Measured {
 }
 
 /// The median of `ratios` and their range, as `median (min–max)`.
-fn spread(ratios: impl Iterator<Item = f64>) -> String {
+pub(crate) fn spread(ratios: impl Iterator<Item = f64>) -> String {
     let mut ratios: Vec<f64> = ratios.collect();
     ratios.sort_by(f64::total_cmp);
     match (ratios.first(), ratios.last()) {

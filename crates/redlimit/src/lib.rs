@@ -156,12 +156,12 @@ pub fn script_of(policies: &[Policy]) -> &'static str {
 }
 
 /// The `EVALSHA` command the Redis backend sends, where the server refuses its function library
-/// (whose `FCALL` carries the same keys and arguments), for one check of cost 1 of `policies` for
-/// `client` at Redis `TIME`, its keys named by `keys`: the script named by `sha1` (that of
-/// [`script_of`]`(policies)`), its `KEYS` and its `ARGV` as `lua/protocol.lua` reads them. For
-/// replaying checks through another client, or measuring against; its reply is one MessagePack
-/// array of integers, four per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2
-/// for never).
+/// (whose `FCALL` carries the same keys and arguments), for a check of cost 1 of `policies` for
+/// each of `clients` at Redis `TIME`, in one call as a batch of them is, its keys named by `keys`:
+/// the script named by `sha1` (that of [`script_of`]`(policies)` for one client, else
+/// [`SCRIPT`]), its `KEYS` and its `ARGV` as `lua/protocol.lua` reads them. For replaying checks
+/// through another client, or measuring against; its reply is one MessagePack array of integers,
+/// per check four per policy (allowed 1/0, remaining, reset ms, retry ms or -1, or -2 for never).
 ///
 /// ```
 /// use std::time::Duration;
@@ -172,20 +172,26 @@ pub fn script_of(policies: &[Policy]) -> &'static str {
 ///     .window(Duration::from_secs(60))
 ///     .build()?;
 /// let keys = KeyScheme::new("app")?;
-/// let command = redlimit::check_command(&keys, std::slice::from_ref(&minute), "alice", "0123");
+/// let command = redlimit::check_command(&keys, std::slice::from_ref(&minute), &["alice"], "0123");
 /// let args: Vec<_> = command.args_iter().collect();
 /// // EVALSHA, the SHA1, one key, the key, then the arguments.
 /// assert_eq!(args.len(), 4 + 10);
+/// // Checks of three clients: their three keys, and the arguments once more (the count of a run).
+/// let batch = redlimit::check_command(&keys, std::slice::from_ref(&minute), &["a", "b", "c"], "");
+/// assert_eq!(batch.args_iter().count(), 3 + 3 + 10 + 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn check_command(
     keys: &KeyScheme,
     policies: &[Policy],
-    client: &str,
+    clients: &[&str],
     sha1: &str,
 ) -> deadpool_redis::redis::Cmd {
-    let request = backend::redis::protocol::Request::new(policies, client);
-    backend::redis::protocol::encode(keys, None, &[request]).command("EVALSHA", sha1)
+    let requests: Vec<_> = clients
+        .iter()
+        .map(|client| backend::redis::protocol::Request::new(policies, client))
+        .collect();
+    backend::redis::protocol::encode(keys, None, &requests).command("EVALSHA", sha1)
 }
 
 /// The deadpool-redis this crate is built with, for [`RedisBackend::from_pool`].
