@@ -2,7 +2,8 @@
 //! text `w:p:c` that replaced it, is read as the packed string that replaced both (three
 //! big-endian 8-byte integers), decides alike, and is rewritten packed by the next admission,
 //! keeping its deadline; a token bucket kept as the text `used:last`, or GCRA as `tat:interval`,
-//! likewise (two integers).
+//! likewise (two integers); a sliding log's entries named `time:number` beside the entries named
+//! by their time's 6 bytes that replaced them.
 
 use deadpool_redis::redis;
 use redlimit::Algorithm;
@@ -129,4 +130,65 @@ async fn a_token_bucket_or_gcra_kept_as_text_is_read_alike_and_rewritten_packed(
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_sliding_log_of_entries_named_as_text_is_read_alike_beside_the_new_ones() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let mut connection = server.connection();
+    let p = policy(Algorithm::SlidingWindowLog, 10, 60_000, None);
+    let key = limiter.keys().key(&p, "old");
+    let at = T0 + 30_000;
+    // Three admissions of a version before, 30, 20 and 10 s ago.
+    for (n, ago) in [30_000, 20_000, 10_000].into_iter().enumerate() {
+        let time = at - ago;
+        let _: () = redis::cmd("ZADD")
+            .arg(&key)
+            .arg(time)
+            .arg(format!("{time}:{n}"))
+            .query(&mut connection)
+            .expect("ZADD");
+    }
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(90_000)
+        .query(&mut connection)
+        .expect("PEXPIRE");
+    let check = |ms: u64, cost: u64| {
+        let (limiter, set) = (limiter.clone(), alone(&p));
+        async move {
+            limiter
+                .check(&set, "old")
+                .cost(cost)
+                .at(at_ms(ms))
+                .await
+                .expect("decided")[0]
+                .clone()
+        }
+    };
+    // The newest is a text entry 10 s old: the whole window is back 50 s from now.
+    let peek = check(at, 0).await;
+    assert_eq!((peek.remaining, peek.reset_after.as_millis()), (7, 50_000));
+    // Two admissions, written as the new entries, counted with the old.
+    assert_eq!(check(at, 1).await.remaining, 6);
+    assert_eq!(check(at + 1, 1).await.remaining, 5);
+    // The newest is now a new entry, read back: taken at `at + 1`, back 60 s after it.
+    let peek = check(at + 5_000, 0).await;
+    assert_eq!((peek.remaining, peek.reset_after.as_millis()), (5, 55_001));
+    let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .query(&mut connection)
+        .expect("ZRANGE");
+    let stamp = |ms: u64| ms.to_be_bytes()[2..].to_vec();
+    assert_eq!(
+        members[3..],
+        [
+            [stamp(at), b"3".to_vec()].concat(),
+            [stamp(at + 1), b"4".to_vec()].concat()
+        ],
+        "each the time's 6 bytes and its number"
+    );
 }
