@@ -158,13 +158,33 @@ local function texts_by(suffix_of)
   })
 end
 
--- Two integers as big-endian 8-byte ones, the last two packed kept: a call's first admissions
--- share a time and mostly a cost, so they pack one state once.
+-- A state of two integers (GCRA's, the token bucket's), packed as big-endian 8-byte ones.
+local PAIR = '>I8I8'
+
+-- The two integers of v, a state of two: packed, or the text 'a:b' versions before stored;
+-- nil, nil when it is neither. A packed pair is told from text by its numbers: a text's first
+-- byte is a digit, read as packed far past 2^53.
+local function pair_of(v)
+  if #v == 16 then
+    local a, b = struct.unpack(PAIR, v)
+    if a < 2 ^ 53 and b < 2 ^ 53 then
+      return a, b
+    end
+  end
+  local a, b = match(v, '^(%d+):(%d+)$')
+  if not a or #a > 16 or #b > 16 then
+    return nil, nil
+  end
+  return a + 0, b + 0
+end
+
+-- A packer of pairs that keeps the last one packed: a call's first admissions share a time and
+-- mostly a cost, so they pack one state once.
 local function packer()
   local kept_a, kept_b, kept = nil, nil, nil
   return function(a, b)
     if a ~= kept_a or b ~= kept_b then
-      kept_a, kept_b, kept = a, b, struct.pack('>I8I8', a, b)
+      kept_a, kept_b, kept = a, b, struct.pack(PAIR, a, b)
     end
     return kept
   end

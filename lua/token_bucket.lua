@@ -30,19 +30,11 @@ local function token_bucket_functions()
 
   -- The tokens taken (x window) and the last refill stored in v, the value at key.
   local function bucket_state(key, v)
-    if #v == 16 and string.byte(v, 1) == 0 then
-      -- Packed (a text never starts with a zero byte), each number below 2^56.
-      local used, last = struct.unpack('>I8I8', v)
-      if used >= 2 ^ 53 or last >= 2 ^ 53 then
-        corrupt(key, 'is not a token bucket')
-      end
-      return used, last
-    end
-    local used, last = match(v, '^(%d+):(%d+)$')
-    if not used or #used > 16 or #last > 16 then
+    local used, last = pair_of(v)
+    if not used then
       corrupt(key, 'is not a token bucket')
     end
-    return used + 0, last + 0
+    return used, last
   end
 
   -- The tokens taken (x window) at now, and the time refills count from; from v, the key's
@@ -73,7 +65,7 @@ local function token_bucket_functions()
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
     if reset > 0 then
-      redis_call('SET', key, struct.pack('>I8I8', used, last), 'PX', ttls[reset])
+      redis_call('SET', key, struct.pack(PAIR, used, last), 'PX', ttls[reset])
       wrote_used[key], wrote_last[key] = used, last
     else
       -- Nothing taken: a full bucket, as an absent key is.
