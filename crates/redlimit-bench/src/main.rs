@@ -31,8 +31,8 @@ accuracy (not part of all) needs no Redis and draws its SVG to PATH (docs/accura
 instructions (not part of all) runs a redis-server of its own under valgrind's callgrind;
 hot-key (not part of all) drives one key from 4 processes (C in flight each), exact and with grants;
 defaults: all modes, N = 200000, C = 64, K = 10000, R = 24 rounds, W = 1 tokio worker,
-limit 100 per 60 s, and a redis-server of its own; --only keeps the saturation and
-instructions modes to the contenders named (and the naive script, the baseline)";
+limit 100 per 60 s, and a redis-server of its own; --only keeps the saturation, instructions
+and http modes to the contenders named (and their baselines: the naive script, http_bare)";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -214,7 +214,8 @@ fn main() -> ExitCode {
         }
     }
     if settings.runs("http") {
-        let (servers, recorder) = http::start_servers(&server, &url);
+        let (mut servers, recorder) = http::start_servers(&server, &url);
+        servers.retain(|(name, _)| *name == "http_bare" || settings.keeps(name));
         let rows = load.block_on(http::run(&url, &servers, &settings));
         report::print(
             "http (axum hello-world, keep-alive loopback)",

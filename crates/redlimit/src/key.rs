@@ -290,11 +290,24 @@ fn push_client(out: &mut String, client: &str) {
         return;
     }
     let start = out.len();
-    for byte in client.bytes() {
-        if byte.is_ascii_alphanumeric() || b"._-:@/+=".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
+    let bytes = client.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        // A run of bytes kept as they are goes in at once (a byte at a time cost some 50
+        // instructions each: 575 per key of `client-1234` under callgrind); a run is cut at the
+        // length bound, so no client's text is copied much past it.
+        let room = MAX_KEY_LEN + 1 - (out.len() - start);
+        let run = bytes[at..]
+            .iter()
+            .take(room)
+            .take_while(|&&byte| KEPT[usize::from(byte)])
+            .count();
+        // A run is ASCII, so it starts and ends on characters' boundaries.
+        out.push_str(client.get(at..at + run).unwrap_or_default());
+        at += run;
+        if let Some(&byte) = bytes.get(at).filter(|_| out.len() - start <= MAX_KEY_LEN) {
             let _ = write!(out, "%{byte:02X}");
+            at += 1;
         }
         if out.len() - start > MAX_KEY_LEN {
             out.truncate(start);
@@ -304,6 +317,21 @@ fn push_client(out: &mut String, client: &str) {
         }
     }
 }
+
+/// The bytes a client's text keeps in a key: `A-Z a-z 0-9 . _ - : @ / + =`; any other is
+/// percent-escaped.
+const KEPT: [bool; 256] = {
+    let mut kept = [false; 256];
+    let mut byte: u8 = 0;
+    loop {
+        kept[byte as usize] = byte.is_ascii_alphanumeric()
+            || matches!(byte, b'.' | b'_' | b'-' | b':' | b'@' | b'/' | b'+' | b'=');
+        if byte == u8::MAX {
+            break kept;
+        }
+        byte += 1;
+    }
+};
 
 #[cfg(test)]
 mod tests {
@@ -425,6 +453,41 @@ mod tests {
         assert_ne!(key, scheme.key(&p, &"é".repeat(10_001)));
         let fits = "a".repeat(MAX_KEY_LEN);
         assert!(scheme.key(&p, &fits).contains(&fits));
+    }
+
+    /// Runs of kept bytes are copied at once: the text is what escaping a byte at a time made,
+    /// at every length around the bound and with escapes (one byte's, a character's several)
+    /// falling on it.
+    #[test]
+    fn a_client_is_escaped_as_a_byte_at_a_time_would_be() {
+        fn byte_at_a_time(client: &str) -> String {
+            let mut out = String::new();
+            if client.is_empty() {
+                return "%".to_owned();
+            }
+            for byte in client.bytes() {
+                if byte.is_ascii_alphanumeric() || b"._-:@/+=".contains(&byte) {
+                    out.push(char::from(byte));
+                } else {
+                    let _ = write!(out, "%{byte:02X}");
+                }
+                if out.len() > MAX_KEY_LEN {
+                    return format!("#{}", sha1_smol::Sha1::from(client).digest());
+                }
+            }
+            out
+        }
+        for length in [0_usize, 1, 2, 125, 126, 127, 128, 129, 130, 300] {
+            for escaped in ["", " ", "é", "{}", "%"] {
+                for at in [0, 1, length / 2, length.saturating_sub(1), length] {
+                    let mut client = "a".repeat(length);
+                    client.insert_str(at.min(length), escaped);
+                    let mut out = String::new();
+                    push_client(&mut out, &client);
+                    assert_eq!(out, byte_at_a_time(&client), "{client:?}");
+                }
+            }
+        }
     }
 
     #[test]

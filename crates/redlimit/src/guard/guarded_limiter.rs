@@ -325,7 +325,10 @@ impl GuardedLimiter {
             Started::Waiting(answer) => {
                 let this = self.clone();
                 let client = client.to_owned();
-                let inside = span.clone();
+                // Entered at each poll only where a subscriber wants it: a span no one records
+                // still costs its entries and exits (some 400 instructions a check with
+                // `tracing`'s `log` feature, which axum's defaults turn on).
+                let inside = (!span.is_disabled()).then(|| span.clone());
                 // Owned for the failure policy's local check, which needs them too.
                 let keys = owned_keys(options.keys);
                 let options = Options {
@@ -333,27 +336,28 @@ impl GuardedLimiter {
                     keys: None,
                     ..options
                 };
-                Check::waiting(
-                    async move {
-                        let sent = Instant::now();
-                        // The backend times the check by the guard's budget: one timer.
-                        let answer = answer.await;
-                        this.inner.metrics.round_trip(sent.elapsed());
-                        let answer = match (answer, pending) {
-                            (Ok(decisions), Some(pending)) => {
-                                Ok(this.granted(pending, cost, decisions, sent))
-                            }
-                            (answer, _) => answer,
-                        };
-                        let keys = borrowed_keys(keys.as_ref());
-                        let options = Options {
-                            keys: keys.as_deref(),
-                            ..options
-                        };
-                        this.remote(answer, &client, &options, block, span).await
-                    }
-                    .instrument(inside),
-                )
+                let answered = async move {
+                    let sent = Instant::now();
+                    // The backend times the check by the guard's budget: one timer.
+                    let answer = answer.await;
+                    this.inner.metrics.round_trip(sent.elapsed());
+                    let answer = match (answer, pending) {
+                        (Ok(decisions), Some(pending)) => {
+                            Ok(this.granted(pending, cost, decisions, sent))
+                        }
+                        (answer, _) => answer,
+                    };
+                    let keys = borrowed_keys(keys.as_ref());
+                    let options = Options {
+                        keys: keys.as_deref(),
+                        ..options
+                    };
+                    this.remote(answer, &client, &options, block, span).await
+                };
+                match inside {
+                    Some(inside) => Check::waiting(answered.instrument(inside)),
+                    None => Check::waiting(answered),
+                }
             }
         }
     }
