@@ -317,7 +317,7 @@ fn print_rounds(servers: &[(&'static str, SocketAddr)], rounds: &[Vec<(f64, Opti
     };
     println!(
         "\nhttp, per round: median (min – max) of the ratio to http_bare in the same round, \
-              and of server CPU µs per request"
+              of server CPU µs per request, and of what it adds to http_bare's in the same round"
     );
     let bare = &rounds[0];
     for ((name, _), own) in servers.iter().zip(rounds) {
@@ -327,8 +327,16 @@ fn print_rounds(servers: &[(&'static str, SocketAddr)], rounds: &[Vec<(f64, Opti
             .iter()
             .filter_map(|(_, cpu)| cpu.map(|ns| ns as f64 / 1000.0));
         let (cpu, cpu_low, cpu_high) = spread(cpu.collect());
+        // What the contender adds to bare axum's server CPU per request, paired by round: a
+        // round's noise moves both alike, where the medians above each carry their own.
+        let added = own
+            .iter()
+            .zip(bare)
+            .filter_map(|((_, own), (_, bare))| Some(((*own)? as f64 - (*bare)? as f64) / 1000.0));
+        let (added, added_low, added_high) = spread(added.collect());
         println!(
-            "{name:<24} {ratio:.3} ({low:.3} – {high:.3})   {cpu:.2} µs ({cpu_low:.2} – {cpu_high:.2})"
+            "{name:<24} {ratio:.3} ({low:.3} – {high:.3})   {cpu:.2} µs ({cpu_low:.2} – {cpu_high:.2})   \
+             {added:+.2} µs ({added_low:+.2} – {added_high:+.2})"
         );
     }
 }
