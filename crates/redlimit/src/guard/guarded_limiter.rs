@@ -293,8 +293,11 @@ impl GuardedLimiter {
         if let Some(blocks) = blocks {
             let sent_us = guard.local_now_us();
             let heard = guard.heard();
-            let slot = blocks.slot(client);
-            if let Some(blocked) = blocks.blocked(&slot, cost, sent_us, heard) {
+            let slot = blocks.may_block(sent_us).then(|| blocks.slot(client));
+            if let Some(blocked) = slot
+                .as_ref()
+                .and_then(|slot| blocks.blocked(slot, cost, sent_us, heard))
+            {
                 return Check::ready(guard.finish(blocked, &span));
             }
             block = Some((slot, (sent_us, heard)));
@@ -442,7 +445,7 @@ impl GuardedLimiter {
         answer: Result<Decisions, Error>,
         client: &str,
         options: &Options<'_>,
-        block: Option<(Slot, (u64, Heard))>,
+        block: Option<(Option<Slot>, (u64, Heard))>,
         span: Span,
     ) -> Decisions {
         let guard = &*self.inner;
@@ -456,8 +459,8 @@ impl GuardedLimiter {
                 // Where policies ban, only a ban is kept locally: every other denial must reach
                 // the backend, which counts it towards a ban.
                 let keep = !guard.bans || decisions.iter().any(|d| d.banned);
-                if let (Some(blocks), Some((slot, sent)), true) = (&guard.blocks, &block, keep) {
-                    blocks.record(slot, cost, *sent, &decisions);
+                if let (Some(blocks), Some((slot, sent)), true) = (&guard.blocks, block, keep) {
+                    blocks.record(client, slot, cost, sent, &decisions);
                 }
                 guard.finish(decisions, &span)
             }

@@ -46,7 +46,7 @@ impl Drop for Server {
 }
 
 #[tokio::test]
-async fn a_check_on_redis_hashes_the_client_once_and_locks_the_cache_once_a_step() {
+async fn a_check_on_redis_hashes_the_client_at_most_once_and_only_while_a_block_is_held() {
     let server = Server::start();
     let redis = RedisBackend::builder(format!("redis://{}", server.address))
         .budget(Duration::from_secs(5))
@@ -64,17 +64,29 @@ async fn a_check_on_redis_hashes_the_client_once_and_locks_the_cache_once_a_step
 
     let allowed = guard.check("client").await;
     assert!(allowed.allowed() && allowed[0].reason == Reason::Redis);
-    assert_eq!(counts(), (1, 1), "allowed: one hash, one lookup");
+    assert_eq!(
+        counts(),
+        (0, 0),
+        "allowed while no block is held: no hash, no lookup"
+    );
 
     let denied = guard.check("client").await;
     assert!(!denied.allowed() && denied[0].reason == Reason::Redis);
-    assert_eq!(
-        counts(),
-        (2, 3),
-        "denied: one hash, the lookup and the record"
-    );
+    assert_eq!(counts(), (1, 1), "denied: one hash, the record");
 
     let blocked = guard.check("client").await;
     assert_eq!(blocked[0].reason, Reason::LocalBlock);
-    assert_eq!(counts(), (3, 4), "blocked: one hash, one lookup");
+    assert_eq!(counts(), (2, 2), "blocked: one hash, one lookup");
+
+    // Another client, while a block is held: looked up, then recorded under the one hash.
+    let other = guard.check("other").await;
+    assert!(other.allowed());
+    assert_eq!(counts(), (3, 3), "looked up once a block is held");
+    let other = guard.check("other").await;
+    assert!(!other.allowed() && other[0].reason == Reason::Redis);
+    assert_eq!(
+        counts(),
+        (4, 5),
+        "denied: one hash, the lookup and the record"
+    );
 }
