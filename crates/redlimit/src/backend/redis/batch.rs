@@ -104,10 +104,18 @@ impl Batcher {
 
 impl RedisBackend {
     /// Decides `member`: sent at once when fewer than [`IN_FLIGHT`] calls are out, else with the
-    /// next batch. The caller's timer bounds both waits.
-    pub(crate) async fn decide(&self, member: Member) -> Result<Replied, Error> {
+    /// next batch. Queued (or its place in flight taken) when called, not when first polled;
+    /// dropped, it gives its place back. The caller's timer bounds both waits.
+    ///
+    /// Not an `async fn`: one would keep the member three times over in its state (the
+    /// argument, the queue's refusal, the bound name), a future of 1,048 bytes where this one
+    /// keeps it once.
+    pub(crate) fn decide(
+        &self,
+        member: Member,
+    ) -> impl Future<Output = Result<Replied, Error>> + Send + '_ {
         let slot = member.slot;
-        let answer = self.inner.batcher.with(slot, |state| {
+        let mut queued = self.inner.batcher.with(slot, |state| {
             if state.in_flight < IN_FLIGHT {
                 state.in_flight += 1;
                 Err(member)
@@ -117,25 +125,26 @@ impl RedisBackend {
                 Ok(answer)
             }
         });
-        let answer = match answer {
-            Ok(answer) => answer,
-            Err(member) => {
-                let _turn = Turn {
-                    redis: self.clone(),
-                    slot,
-                };
-                return self
+        // Sent by this future: its place in flight is held until it ends or is dropped.
+        let turn = queued.is_err().then(|| Turn {
+            redis: self.clone(),
+            slot,
+        });
+        async move {
+            let _turn = turn;
+            match &mut queued {
+                Ok(answer) => answer.await.unwrap_or_else(|_| {
+                    Err(Error::new(
+                        ErrorKind::Backend,
+                        "the batch of this check was dropped",
+                    ))
+                }),
+                Err(member) => self
                     .call_script(&member.call, self.inner.scripts.of(member.lean))
                     .await
-                    .map(Replied::Own);
+                    .map(Replied::Own),
             }
-        };
-        answer.await.unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::Backend,
-                "the batch of this check was dropped",
-            ))
-        })
+        }
     }
 
     /// Sends `batch` (of one slot), a call per time, and answers each member.

@@ -3,6 +3,8 @@
 
 use std::{sync::Arc, time::Duration};
 
+use futures_util::FutureExt as _;
+
 use super::{
     RedisBackend,
     across_slots::{Part, SlotGroup},
@@ -152,16 +154,18 @@ impl RedisBackend {
 
     /// The reply to `member`, a call of `request` alone, read as `request`'s. The check's one
     /// timer (`budget`, to the member's deadline) covers its wait in the queue and its call.
-    pub(super) async fn reply_alone(
-        &self,
+    /// Begun when called (see [`decide`](Self::decide)); a combinator, not an `async fn`, so
+    /// that the member and the wait are kept once in its state, not copied beside it.
+    pub(super) fn reply_alone<'a>(
+        &'a self,
         member: Member,
-        request: Request<'_>,
+        request: Request<'a>,
         budget: Duration,
-    ) -> Result<Reply, Error> {
-        let reply = tokio::time::timeout_at(member.deadline, self.decide(member))
-            .await
-            .unwrap_or_else(|_| Err(self.timed_out(budget)))?;
-        protocol::decode(&reply, &request)
+    ) -> impl Future<Output = Result<Reply, Error>> + Send + 'a {
+        tokio::time::timeout_at(member.deadline, self.decide(member)).map(move |reply| {
+            let reply = reply.unwrap_or_else(|_| Err(self.timed_out(budget)))?;
+            protocol::decode(&reply, &request)
+        })
     }
 
     /// The Cluster slot of the check's keys, which batches are made of: 0 off a Cluster, and
