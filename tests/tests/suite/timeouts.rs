@@ -176,3 +176,41 @@ async fn a_paused_sentinel_primary_costs_exactly_the_budget() {
     let node = setup.primary().connection();
     a_paused_redis_costs_exactly_the_budget(limiter, "c", node, "sentinel").await;
 }
+
+/// A Redis that keeps timing out does not pile up sockets. A connection given up after a
+/// timeout lingers, its sockets open so that what was sent on it still runs once the server
+/// wakes (see `a_give_back_sent_again_gives_back_once`), but at most 16 of a backend's at once.
+#[tokio::test]
+async fn a_redis_that_keeps_timing_out_holds_at_most_16_lingering_connections() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(
+        RedisBackend::builder(server.url())
+            .budget(Duration::from_millis(50))
+            .build()
+            .expect("valid"),
+    );
+    let p = policy(Algorithm::Gcra, 10, 1_000, None);
+    limiter.check(&alone(&p), "c").await.expect("connected");
+    let mut admin = server.connection();
+    let client = |admin: &mut deadpool_redis::redis::Connection, args: &[&str]| {
+        deadpool_redis::redis::cmd("CLIENT")
+            .arg(args)
+            .query::<String>(admin)
+            .expect("CLIENT")
+    };
+    client(&mut admin, &["PAUSE", "60000", "WRITE"]);
+    for _ in 0..40 {
+        let err = limiter
+            .check(&alone(&p), "c")
+            .await
+            .expect_err("the server is paused");
+        assert!(err.is_timeout(), "{err}");
+    }
+    let connected = client(&mut admin, &["LIST"]).lines().count();
+    client(&mut admin, &["UNPAUSE"]);
+    // The 16 lingering, the admin's, and the one in use unless the last check gave it up.
+    assert!(
+        (17..=18).contains(&connected),
+        "{connected} connections after 40 timeouts"
+    );
+}

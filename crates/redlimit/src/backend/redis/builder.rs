@@ -178,6 +178,7 @@ impl RedisBackendBuilder {
                 repairs: AtomicU64::new(0),
                 functions: AtomicBool::new(true),
                 shared: Mutex::default(),
+                lingering: Arc::default(),
                 connecting: tokio::sync::Mutex::default(),
                 batcher,
                 events: Events::default(),

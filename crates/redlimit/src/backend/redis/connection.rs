@@ -91,28 +91,17 @@ impl Held {
         }
     }
 
-    /// Removes the connection from its pool for good: a connection that failed is not recycled.
-    /// Its sockets stay open for [`LINGER`], so that what was written on them still runs on a
-    /// server that was only slow or paused (`CLIENT PAUSE`, as a failover does): a closed socket's
-    /// commands never run, among them a give-back whose caller stopped waiting (see
-    /// `across_slots.rs`), which would leave its quota taken.
-    pub(crate) fn discard(self) {
-        let conn: Box<dyn Send> = match self {
+    /// Removes the connection from its pool for good (a connection that failed is not
+    /// recycled): what is left of it, its sockets closed when that is dropped.
+    pub(crate) fn discard(self) -> Box<dyn Send> {
+        match self {
             Self::Node(held) => Box::new(super::node_pool::NodeObject::take(held)),
             Self::Application(held) => Box::new(deadpool_redis::Connection::take(held)),
             #[cfg(feature = "cluster")]
             Self::Cluster(held) => Box::new(super::cluster_pool::ClusterObject::take(held)),
-        };
-        tokio::spawn(async move {
-            tokio::time::sleep(LINGER).await;
-            drop(conn);
-        });
+        }
     }
 }
-
-/// How long a discarded connection's sockets stay open: longer than a failover pauses a
-/// primary's writes (Redis's default `cluster-node-timeout` is 15 s).
-const LINGER: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {

@@ -1,13 +1,24 @@
 //! The connection in use: one multiplexed connection checked out of the pool and shared by
 //! every call, with a generation so that a late failure cannot discard its replacement.
 
-use std::{pin::Pin, sync::PoisonError, time::Duration};
+use std::{
+    pin::Pin,
+    sync::{Arc, PoisonError, atomic::Ordering},
+    time::Duration,
+};
 
 use super::{
     RedisBackend,
     connection::{Conn, Held},
 };
 use crate::{Error, ErrorKind};
+
+/// How long a discarded connection's sockets stay open: longer than a failover pauses a
+/// primary's writes (Redis's default `cluster-node-timeout` is 15 s).
+const LINGER: Duration = Duration::from_secs(60);
+
+/// The most discarded connections of one backend lingering at once.
+const MAX_LINGERING: usize = 16;
 
 /// The connection in use, and its generation.
 #[derive(Default)]
@@ -55,24 +66,53 @@ impl RedisBackend {
             .map(|held| (held.conn(), shared.generation))
     }
 
-    /// Gives up the connection of `generation` for a fresh one, off a Cluster. A Cluster's
-    /// client repairs each node's connection itself, and a dead node's failures must not cost
-    /// the live nodes' checks a new connection (its slot map, a socket per node).
-    pub(super) fn discard(&self, generation: u64) {
+    /// Gives up the connection of `generation` for a fresh one, off a Cluster; `linger` as
+    /// [`give_up`](Self::give_up)'s. A Cluster's client repairs each node's connection itself,
+    /// and a dead node's failures must not cost the live nodes' checks a new connection (its
+    /// slot map, a socket per node).
+    pub(super) fn discard(&self, generation: u64, linger: bool) {
         if !self.is_cluster() {
-            self.give_up(generation);
+            self.give_up(generation, linger);
         }
     }
 
-    /// Gives up the connection of `generation`, whatever the topology.
-    fn give_up(&self, generation: u64) {
-        let mut shared = self.lock();
-        if shared.generation == generation {
-            shared.generation += 1;
-            if let Some(held) = shared.held.take() {
-                held.discard();
+    /// Gives up the connection of `generation`, whatever the topology. One that may still be
+    /// alive (its commands unanswered in time, not refused) `linger`s: its sockets stay open
+    /// for [`LINGER`], so that what was written on them still runs on a server that was only
+    /// slow or paused (`CLIENT PAUSE`, as a failover does). A closed socket's commands never
+    /// run, among them a give-back whose caller stopped waiting (see `across_slots.rs`), which
+    /// would leave its quota taken.
+    fn give_up(&self, generation: u64, linger: bool) {
+        let held = {
+            let mut shared = self.lock();
+            if shared.generation != generation {
+                return;
             }
+            shared.generation += 1;
+            shared.held.take()
+        };
+        let Some(held) = held else {
+            return;
+        };
+        let conn = held.discard();
+        let lingering = &self.inner.lingering;
+        // At most MAX_LINGERING at once: a server that keeps timing out must not pile up
+        // sockets. The rest close now, as they did before any lingered.
+        if !linger
+            || tokio::runtime::Handle::try_current().is_err()
+            || lingering.fetch_add(1, Ordering::Relaxed) >= MAX_LINGERING
+        {
+            if linger {
+                lingering.fetch_sub(1, Ordering::Relaxed);
+            }
+            return;
         }
+        let lingering = Arc::clone(lingering);
+        tokio::spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            drop(conn);
+            lingering.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     /// The error of a command that ran out of the budget (see [`after_timeout`](Self::after_timeout)).
@@ -90,7 +130,7 @@ impl RedisBackend {
     /// still answers.
     pub(super) fn after_timeout(&self) {
         let generation = self.lock().generation;
-        self.discard(generation);
+        self.discard(generation, true);
         #[cfg(feature = "cluster")]
         self.probe(generation);
     }
@@ -123,7 +163,7 @@ impl RedisBackend {
                     target: "redlimit",
                     "the Redis Cluster client stopped answering; connecting afresh"
                 );
-                backend.give_up(generation);
+                backend.give_up(generation, true);
             }
         });
     }

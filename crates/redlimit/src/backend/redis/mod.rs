@@ -5,7 +5,7 @@ use std::{
     fmt,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -97,6 +97,8 @@ struct Inner {
     /// they go as scripts.
     functions: AtomicBool,
     shared: Mutex<Shared>,
+    /// How many discarded connections are lingering (see `held.rs`).
+    lingering: Arc<AtomicUsize>,
     /// Lets one check at a time fetch a connection, so a burst of first checks does not check
     /// out (and then recycle, with a `PING` each) a connection apiece.
     connecting: tokio::sync::Mutex<()>,

@@ -126,7 +126,7 @@ impl RedisBackend {
             let (mut conn, generation) = self.connection().await?;
             cmd.query_async(&mut conn).await.map_err(|err| {
                 if refusal::closes_connection(&err) {
-                    self.discard(generation);
+                    self.discard(generation, false);
                 }
                 what.error(err)
             })

@@ -45,7 +45,7 @@ impl RedisBackend {
         }
         reply.map_err(|err| {
             if refusal::closes_connection(&err) || err.is_timeout() {
-                self.discard(generation);
+                self.discard(generation, !refusal::closes_connection(&err));
             }
             call.error(err)
         })
