@@ -95,16 +95,15 @@ impl RedisBackend {
             return;
         };
         let conn = held.discard();
-        let lingering = &self.inner.lingering;
+        // Outside a runtime (shutting down) there is nothing to keep it open with.
+        if !linger || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
         // At most MAX_LINGERING at once: a server that keeps timing out must not pile up
-        // sockets. The rest close now, as they did before any lingered.
-        if !linger
-            || tokio::runtime::Handle::try_current().is_err()
-            || lingering.fetch_add(1, Ordering::Relaxed) >= MAX_LINGERING
-        {
-            if linger {
-                lingering.fetch_sub(1, Ordering::Relaxed);
-            }
+        // sockets; past them, a connection closes now.
+        let lingering = &self.inner.lingering;
+        if lingering.fetch_add(1, Ordering::Relaxed) >= MAX_LINGERING {
+            lingering.fetch_sub(1, Ordering::Relaxed);
             return;
         }
         let lingering = Arc::clone(lingering);
