@@ -15,6 +15,7 @@ mod commands;
 mod fake;
 mod hot_key;
 mod http;
+mod pause;
 mod pki;
 mod sentinel;
 mod server;
@@ -25,6 +26,7 @@ pub use self::{
     fake::HugeReplyServer,
     hot_key::hammer_one_key,
     http::{HttpResponse, TestClock, http_get, serve},
+    pause::{pause_writes, unpause},
     pki::Pki,
     sentinel::RedisSentinel,
     server::{RedisServer, flush_all, free_port, keys_without_ttl, redis_server_binary},

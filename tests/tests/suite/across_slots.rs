@@ -487,14 +487,10 @@ async fn a_give_back_sent_again_gives_back_once() {
             .get("evalsha")
             .map_or(0, |stat| stat.calls)
     };
-    let client = |port: u16, args: &[&str]| {
-        let _: () = deadpool_redis::redis::cmd("CLIENT")
-            .arg(args)
-            .query(&mut cluster.connection(port))
-            .expect("CLIENT");
-    };
+    let pause = |port: u16| redlimit_tests::pause_writes(&mut cluster.connection(port), 60_000);
+    let unpause = |port: u16| redlimit_tests::unpause(&mut cluster.connection(port));
     // The IP's take waits until the key's primary is paused; the key's runs at once.
-    client(ip, &["PAUSE", "60000", "WRITE"]);
+    pause(ip);
     let check = {
         let guard = guard.clone();
         tokio::spawn(async move { guard.check("").keys(&keys).at(at_ms(T0)).await })
@@ -509,12 +505,12 @@ async fn a_give_back_sent_again_gives_back_once() {
         tokio::task::yield_now().await;
     }
     let before = calls(key);
-    client(key, &["PAUSE", "60000", "WRITE"]);
-    client(ip, &["UNPAUSE"]);
+    pause(key);
+    unpause(ip);
     // The IP refuses; the give-back's three sends each time out against the paused primary.
     let refused = check.await.expect("a task");
     assert!(!refused.allowed() && !refused[0].allowed && refused[1].allowed);
-    client(key, &["UNPAUSE"]);
+    unpause(key);
     // Woken, the primary runs each send on the connection it went by, in the order it wakes
     // paused clients, which a read on another connection may overtake: read once one has run
     // (bounded, as the wait for the key's take).

@@ -401,19 +401,11 @@ async fn a_paused_redis_costs_a_layer_of_two_keys_one_budget() {
     // Connected and the script loaded: what follows waits only for the reply.
     assert_eq!(send().await.expect("infallible").status(), 200);
     let mut node = server.connection();
-    let _: () = deadpool_redis::redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(10_000)
-        .arg("WRITE")
-        .query(&mut node)
-        .expect("CLIENT PAUSE");
+    redlimit_tests::pause_writes(&mut node, 10_000);
     let started = std::time::Instant::now();
     let answered = send().await.expect("infallible");
     let took = started.elapsed();
-    let _: () = deadpool_redis::redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query(&mut node)
-        .expect("CLIENT UNPAUSE");
+    redlimit_tests::unpause(&mut node);
     println!(
         "two keys, Redis paused: {} after {took:?} (budget {BUDGET:?})",
         answered.status()

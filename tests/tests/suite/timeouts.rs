@@ -7,7 +7,7 @@ use std::{
 };
 
 use redlimit::{Algorithm, CircuitBreaker, ErrorKind, GuardedLimiter, Limiter, RedisBackend};
-use redlimit_tests::{RedisCluster, RedisSentinel, RedisServer, free_port};
+use redlimit_tests::{RedisCluster, RedisSentinel, RedisServer, free_port, pause_writes, unpause};
 
 use crate::support::{alone, policy};
 
@@ -116,19 +116,11 @@ async fn a_paused_redis_costs_exactly_the_budget(
         // Connected and the script loaded: what follows waits only for the reply.
         let warm = guard.check(client).await;
         assert!(warm.error().is_none(), "{topology}: {:?}", warm.error());
-        let _: () = deadpool_redis::redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(5_000)
-            .arg("WRITE")
-            .query(&mut node)
-            .expect("CLIENT PAUSE");
+        pause_writes(&mut node, 5_000);
         let started = Instant::now();
         let decisions = guard.check(client).await;
         let took = started.elapsed();
-        let _: () = deadpool_redis::redis::cmd("CLIENT")
-            .arg("UNPAUSE")
-            .query(&mut node)
-            .expect("CLIENT UNPAUSE");
+        unpause(&mut node);
         println!("{topology}: budget {budget:?}, the failure policy answered after {took:?}");
         let error = decisions
             .error()
@@ -192,13 +184,7 @@ async fn a_redis_that_keeps_timing_out_holds_at_most_16_lingering_connections() 
     let p = policy(Algorithm::Gcra, 10, 1_000, None);
     limiter.check(&alone(&p), "c").await.expect("connected");
     let mut admin = server.connection();
-    let client = |admin: &mut deadpool_redis::redis::Connection, args: &[&str]| {
-        deadpool_redis::redis::cmd("CLIENT")
-            .arg(args)
-            .query::<String>(admin)
-            .expect("CLIENT")
-    };
-    client(&mut admin, &["PAUSE", "60000", "WRITE"]);
+    pause_writes(&mut admin, 60_000);
     for _ in 0..40 {
         let err = limiter
             .check(&alone(&p), "c")
@@ -206,8 +192,13 @@ async fn a_redis_that_keeps_timing_out_holds_at_most_16_lingering_connections() 
             .expect_err("the server is paused");
         assert!(err.is_timeout(), "{err}");
     }
-    let connected = client(&mut admin, &["LIST"]).lines().count();
-    client(&mut admin, &["UNPAUSE"]);
+    let connected = deadpool_redis::redis::cmd("CLIENT")
+        .arg("LIST")
+        .query::<String>(&mut admin)
+        .expect("CLIENT LIST")
+        .lines()
+        .count();
+    unpause(&mut admin);
     // The 16 lingering, the admin's, and the one in use unless the last check gave it up.
     assert!(
         (17..=18).contains(&connected),
