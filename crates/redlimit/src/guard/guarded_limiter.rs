@@ -329,7 +329,7 @@ impl GuardedLimiter {
                 let this = self.clone();
                 let client = client.to_owned();
                 // Entered at each poll only where a subscriber wants it: a span no one records
-                // still costs its entries and exits (some 400 instructions a check with
+                // still costs its entries and exits (some 350 instructions a check with
                 // `tracing`'s `log` feature, which axum's defaults turn on).
                 let inside = (!span.is_disabled()).then(|| span.clone());
                 // Owned for the failure policy's local check, which needs them too.
