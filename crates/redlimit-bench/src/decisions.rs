@@ -103,7 +103,7 @@ impl Contender {
 }
 
 /// `naive:{client}:window`, the window's index from this process's clock.
-fn naive_key(client: &str) -> String {
+pub(crate) fn naive_key(client: &str) -> String {
     let window = redlimit::Timestamp::now().as_micros() / 60_000_000;
     format!("naive:{{{client}}}:{window}")
 }

@@ -3,7 +3,15 @@
 
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Instant};
 
-use axum::{Router, ServiceExt, extract::Request, response::Response, routing::get};
+use axum::{
+    Router, ServiceExt,
+    extract::Request,
+    http::StatusCode,
+    middleware::Next,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use deadpool_redis::redis;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redlimit::{Algorithm, GuardedLimiter, Limiter, MemoryBackend, Policy, PolicySet};
 use redlimit_tests::{command_calls, commands_sent};
@@ -19,7 +27,7 @@ use tower_redlimit::{HeaderKey, HeaderStyle, RateLimitLayer};
 use crate::{
     Settings,
     client_header::ClientHeader,
-    decisions::{admin, policy, redis_limiter},
+    decisions::{NAIVE_SCRIPT, admin, naive_key, policy, redis_limiter},
     drive::{Schedule, round_order},
     report::{Row, Tally},
 };
@@ -87,6 +95,7 @@ pub(crate) fn start_servers(
             ),
         ),
         ("http_governor", serve(server, governor(hello()))),
+        ("http_naive_redis", serve(server, naive_redis(server, url))),
         (
             "http_memory_two_keys",
             serve(server, limit_two_keys(memory()).layer(hello())),
@@ -121,6 +130,60 @@ pub(crate) fn decisions_recorded(recorder: &PrometheusHandle) -> u64 {
         .filter(|line| line.starts_with("redlimit_decisions_total{"))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
+}
+
+/// What a user writes by hand instead of a limiter on Redis: a middleware that sends the naive
+/// script (`INCR`, `EXPIRE` on the first hit) by `EVALSHA` for each request on one multiplexed
+/// redis-rs connection, in front of the router, and answers 429 past 100 per window: the raw
+/// client's cost beside the layer's.
+fn naive_redis(
+    server: &tokio::runtime::Runtime,
+    url: &str,
+) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send>
++ Clone
++ Send
++ Sync
++ 'static {
+    let sha1: Arc<str> = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(NAIVE_SCRIPT)
+        .query::<String>(&mut admin(url))
+        .expect("SCRIPT LOAD")
+        .into();
+    // Made on the server's runtime, so its connection's task runs on the server's threads,
+    // where the layer's do.
+    let conn = server.block_on(async {
+        redis::Client::open(url)
+            .expect("a valid url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a raw connection")
+    });
+    let naive = move |request: Request, next: Next| {
+        let (mut conn, sha1) = (conn.clone(), Arc::clone(&sha1));
+        async move {
+            let Some(client) = request
+                .headers()
+                .get("x-client")
+                .and_then(|value| value.to_str().ok())
+            else {
+                return StatusCode::BAD_REQUEST.into_response();
+            };
+            let count: u64 = redis::cmd("EVALSHA")
+                .arg(&*sha1)
+                .arg(1)
+                .arg(naive_key(client))
+                .arg(60)
+                .query_async(&mut conn)
+                .await
+                .expect("naive EVALSHA");
+            if count > 100 {
+                return StatusCode::TOO_MANY_REQUESTS.into_response();
+            }
+            next.run(request).await
+        }
+    };
+    axum::middleware::from_fn(naive).layer(hello())
 }
 
 /// `app` behind tower_governor with the same limit (100 per 60 s per client: one replenished
@@ -337,6 +400,26 @@ fn print_rounds(servers: &[(&'static str, SocketAddr)], rounds: &[Vec<(f64, Opti
         println!(
             "{name:<24} {ratio:.3} ({low:.3} – {high:.3})   {cpu:.2} µs ({cpu_low:.2} – {cpu_high:.2})   \
              {added:+.2} µs ({added_low:+.2} – {added_high:+.2})"
+        );
+    }
+    // The layer on Redis against the hand-written middleware on the same Redis, paired by round.
+    let of = |wanted: &str| {
+        servers
+            .iter()
+            .position(|(name, _)| *name == wanted)
+            .map(|at| &rounds[at])
+    };
+    if let (Some(layer), Some(naive)) = (of("http_redis"), of("http_naive_redis")) {
+        let less = layer
+            .iter()
+            .zip(naive)
+            .filter_map(|((_, layer), (_, naive))| {
+                Some(((*layer)? as f64 - (*naive)? as f64) / 1000.0)
+            });
+        let (less, less_low, less_high) = spread(less.collect());
+        println!(
+            "http_redis less http_naive_redis, server CPU per request paired by round: \
+             {less:+.2} µs ({less_low:+.2} – {less_high:+.2})"
         );
     }
 }
