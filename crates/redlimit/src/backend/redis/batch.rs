@@ -34,7 +34,9 @@ const MAX_BYTES: usize = 16 * 1024;
 
 /// One check, encoded alone, and where its reply goes.
 pub(crate) struct Member {
-    pub(crate) call: Call,
+    /// Boxed: held inline, its arguments make it large, and a member moves from the check's
+    /// future to its batch's queue.
+    pub(crate) call: Box<Call>,
     /// The algorithm whose lean script runs it alone, if one can.
     pub(crate) lean: Option<Algorithm>,
     /// How many integers its reply is.
@@ -186,7 +188,7 @@ impl RedisBackend {
             }
             return;
         }
-        let call = Call::joined(group.iter().map(|w| &w.member.call));
+        let call = Call::joined(group.iter().map(|w| &*w.member.call));
         let reply = self
             .within(
                 deadline,

@@ -33,7 +33,7 @@ impl Member {
         deadline: tokio::time::Instant,
     ) -> Self {
         Self {
-            call: protocol::encode(keys, now_us, &[*request]),
+            call: Box::new(protocol::encode(keys, now_us, &[*request])),
             lean: request.lean(),
             reply_len: request.reply_len(),
             slot,

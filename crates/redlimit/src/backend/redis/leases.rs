@@ -24,7 +24,7 @@ impl RedisBackend {
     pub(crate) async fn release_lease(&self, key: &str, id: &str) -> Result<(), Error> {
         let call = Call::keys(vec![key.to_owned()]);
         let mut zrem = deadpool_redis::redis::cmd("ZREM");
-        zrem.arg(&call.keys).arg(id);
+        zrem.arg(call.keys.as_slice()).arg(id);
         let _: u64 = self.query(&call, &zrem).await?;
         Ok(())
     }

@@ -10,7 +10,7 @@ use deadpool_redis::redis::{Cmd, FromRedisValue};
 use super::connection::Conn;
 use super::{
     RedisBackend,
-    protocol::{self, Call, Request},
+    protocol::{self, Call, Keys, Request},
     refusal,
 };
 use crate::{
@@ -73,7 +73,7 @@ impl RedisBackend {
                     ..Request::new(one, "")
                 };
                 let mut call = protocol::encode(keys, None, &[request]);
-                call.keys = vec![key.clone()];
+                call.keys = Keys::from_buf([key.clone()]);
                 call
             }
         };
@@ -171,14 +171,17 @@ impl RedisBackend {
     /// Sets `call`'s one key to `value` for `ttl_ms`.
     async fn set(&self, call: Call, value: &str, ttl_ms: u64) -> Result<(), Error> {
         let mut set = deadpool_redis::redis::cmd("SET");
-        set.arg(&call.keys).arg(value).arg("PX").arg(ttl_ms);
+        set.arg(call.keys.as_slice())
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms);
         self.query(&call, &set).await
     }
 
     /// Deletes `call`'s keys; whether any existed.
     async fn delete(&self, call: Call) -> Result<bool, Error> {
         let mut del = deadpool_redis::redis::cmd("DEL");
-        del.arg(&call.keys);
+        del.arg(call.keys.as_slice());
         let deleted: u64 = self.query(&call, &del).await?;
         Ok(deleted > 0)
     }

@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 
 use deadpool_redis::redis::{Cmd, FromRedisValue, ParsingError, RedisError, Value};
+use smallvec::SmallVec;
 
 use super::{scripts::Script, stored_state};
 use crate::{
@@ -183,7 +184,7 @@ impl<'a> Request<'a> {
 enum Arg {
     Int(u64),
     Text(&'static str),
-    Owned(String),
+    Owned(Box<str>),
 }
 
 impl Arg {
@@ -191,17 +192,30 @@ impl Arg {
         match self {
             Self::Int(n) => cmd.arg(*n),
             Self::Text(text) => cmd.arg(*text),
-            Self::Owned(text) => cmd.arg(text),
+            Self::Owned(text) => cmd.arg(&**text),
         };
     }
 }
 
+/// A call's keys.
+pub(crate) type Keys = SmallVec<[String; 1]>;
+/// One policy set's arguments.
+type SetArgs = SmallVec<[Arg; 6]>;
+
 /// One script call: its `KEYS` and `ARGV`, built in one place.
+///
+/// A check of one policy, the common one, allocates nothing but its key: its key, its set's six
+/// arguments and its request sit inline, where a vector of each took four allocations (a call
+/// waiting in a batch is boxed, one; see the bench's README, "A check's call inline").
 pub(crate) struct Call {
-    pub(crate) keys: Vec<String>,
+    pub(crate) keys: Keys,
     args: Args,
 }
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a check's arguments inline are the point; a call waiting in a batch is boxed"
+)]
 enum Args {
     /// A lease's or a key command's arguments, as sent.
     Plain(Vec<Arg>),
@@ -209,8 +223,8 @@ enum Args {
     /// of one route's checks sends its numbers once and each request as its cost and head.
     Requests {
         now_us: Option<u64>,
-        sets: Vec<Vec<Arg>>,
-        requests: Vec<Encoded>,
+        sets: SmallVec<[SetArgs; 1]>,
+        requests: SmallVec<[Encoded; 1]>,
     },
 }
 
@@ -226,9 +240,9 @@ struct Encoded {
 
 /// The call checking (or settling) `requests` at `now_us` (`None`: Redis `TIME`).
 pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Request<'_>]) -> Call {
-    let mut keys = Vec::new();
-    let mut sets: Vec<Vec<Arg>> = Vec::new();
-    let mut encoded = Vec::with_capacity(requests.len());
+    let mut keys = Keys::new();
+    let mut sets = SmallVec::new();
+    let mut encoded = SmallVec::with_capacity(requests.len());
     for request in requests {
         let mut flags = 0;
         let mut extra = Vec::new();
@@ -255,7 +269,7 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             extra.push(Arg::Int(at_us));
         }
         // Room for every policy's five numbers and a delay's: grown only for a ban's two.
-        let mut set = Vec::with_capacity(1 + 6 * request.policies.len());
+        let mut set = SetArgs::with_capacity(1 + 6 * request.policies.len());
         set.push(Arg::Int(request.policies.len() as u64));
         for (i, policy) in request.policies.iter().enumerate() {
             let client = request.client_of(i);
@@ -286,7 +300,7 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             extra.extend([
                 Arg::Int(lease.policy.limit()),
                 Arg::Int(lease.policy.lease_ttl_ms()),
-                Arg::Owned(lease.id.to_owned()),
+                Arg::Owned(lease.id.into()),
             ]);
             keys.push(lease.key.to_owned());
         }
@@ -317,8 +331,8 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
 
 /// The place of `set` in `sets`, added (copied, if borrowed) when it is not there yet: a batch
 /// of one route's checks copies its set once, not once per check.
-fn set_of(sets: &mut Vec<Vec<Arg>>, set: Cow<'_, [Arg]>) -> usize {
-    sets.iter().position(|s| **s == *set).unwrap_or_else(|| {
+fn set_of(sets: &mut SmallVec<[SetArgs; 1]>, set: Cow<'_, SetArgs>) -> usize {
+    sets.iter().position(|s| *s == *set).unwrap_or_else(|| {
         sets.push(set.into_owned());
         sets.len() - 1
     })
@@ -327,12 +341,12 @@ fn set_of(sets: &mut Vec<Vec<Arg>>, set: Cow<'_, [Arg]>) -> usize {
 /// The call renewing lease `id` for `ttl_ms` in the set at `key`.
 pub(crate) fn renewal(key: String, ttl_ms: u64, id: &str) -> Call {
     Call {
-        keys: vec![key],
+        keys: Keys::from_buf([key]),
         args: Args::Plain(vec![
             Arg::Text(""),
             Arg::Int(0),
             Arg::Int(ttl_ms),
-            Arg::Owned(id.to_owned()),
+            Arg::Owned(id.into()),
         ]),
     }
 }
@@ -353,9 +367,9 @@ impl Call {
     pub(crate) fn joined<'a>(calls: impl ExactSizeIterator<Item = &'a Call>) -> Self {
         // Sized for a batch of one-policy checks, the common one, so they are not regrown.
         let (mut keys, mut sets, mut requests, mut time) = (
-            Vec::with_capacity(calls.len()),
-            Vec::new(),
-            Vec::with_capacity(calls.len()),
+            Keys::with_capacity(calls.len()),
+            SmallVec::new(),
+            SmallVec::with_capacity(calls.len()),
             None,
         );
         for call in calls {
@@ -400,7 +414,7 @@ impl Call {
         let args = match &self.args {
             Args::Plain(args) => args.len(),
             Args::Requests { sets, requests, .. } => {
-                sets.iter().map(Vec::len).sum::<usize>()
+                sets.iter().map(|set| set.len()).sum::<usize>()
                     + requests.iter().map(|r| 2 + r.extra.len()).sum::<usize>()
             }
         };
@@ -410,7 +424,7 @@ impl Call {
     /// A command about `keys`, all in one slot, with no arguments of the protocol's.
     pub(crate) fn keys(keys: Vec<String>) -> Self {
         Self {
-            keys,
+            keys: Keys::from_vec(keys),
             args: Args::Plain(Vec::new()),
         }
     }
@@ -439,7 +453,7 @@ impl Call {
         cmd.arg(name)
             .arg(script)
             .arg(self.keys.len())
-            .arg(&self.keys);
+            .arg(self.keys.as_slice());
         match &self.args {
             Args::Plain(args) => args.iter().for_each(|arg| arg.write(&mut cmd)),
             Args::Requests {

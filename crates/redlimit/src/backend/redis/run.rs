@@ -31,7 +31,7 @@ impl RedisBackend {
         if inner.repair && matches!(&reply, Err(err) if call.is_repairable(err)) {
             // Opted in: what cannot be read is deleted, and the check starts over.
             let deleted: Result<(), _> = deadpool_redis::redis::cmd("DEL")
-                .arg(&call.keys)
+                .arg(call.keys.as_slice())
                 .query_async(&mut conn)
                 .await;
             if deleted.is_ok() {
