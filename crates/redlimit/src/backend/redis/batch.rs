@@ -176,7 +176,7 @@ impl RedisBackend {
     /// members. The script stops at a check whose state is corrupt and answers only the checks
     /// before it (their writes stand); that check and the rest are sent again a check at a time,
     /// so only the client whose key is corrupt sees it and none is counted twice.
-    async fn send_group(&self, group: Vec<Waiting>) {
+    async fn send_group(&self, mut group: Vec<Waiting>) {
         let deadline = group
             .iter()
             .map(|w| w.member.deadline)
@@ -188,7 +188,7 @@ impl RedisBackend {
             }
             return;
         }
-        let call = Call::joined(group.iter().map(|w| &*w.member.call));
+        let call = Call::joined(group.iter_mut().map(|w| &mut *w.member.call));
         let reply = self
             .within(
                 deadline,
@@ -196,13 +196,18 @@ impl RedisBackend {
             )
             .await
             .map(Arc::<[i64]>::from);
-        let rest = match reply {
+        let stopped = match &reply {
             // Failed at the first check, before any was decided.
-            Err(err) if err.is_corrupt_state() => group,
-            Ok(reply) if reply.len() < group.iter().map(|w| w.member.reply_len).sum() => {
-                answer_decided(group, &reply)
-            }
-            reply => return answer(group, reply),
+            Err(err) => err.is_corrupt_state(),
+            Ok(reply) => reply.len() < group.iter().map(|w| w.member.reply_len).sum(),
+        };
+        if !stopped {
+            return answer(group, reply);
+        }
+        call.give_back_keys(group.iter_mut().map(|w| &mut *w.member.call));
+        let rest = match reply {
+            Ok(reply) => answer_decided(group, &reply),
+            Err(_) => group,
         };
         let mut alone = tokio::task::JoinSet::new();
         for waiting in rest {

@@ -364,7 +364,9 @@ pub(crate) fn override_value(overridden: &Policy, key: &str) -> String {
 
 impl Call {
     /// One call of the requests of `calls` (each [`encode`]d alone, all at one time), in order.
-    pub(crate) fn joined<'a>(calls: impl ExactSizeIterator<Item = &'a Call>) -> Self {
+    /// Their keys are moved into it, not copied: each call keeps an empty key in each key's
+    /// place until [`give_back_keys`](Self::give_back_keys) returns them.
+    pub(crate) fn joined<'a>(calls: impl ExactSizeIterator<Item = &'a mut Call>) -> Self {
         // Sized for a batch of one-policy checks, the common one, so they are not regrown.
         let (mut keys, mut sets, mut requests, mut time) = (
             Keys::with_capacity(calls.len()),
@@ -373,7 +375,7 @@ impl Call {
             None,
         );
         for call in calls {
-            keys.extend(call.keys.iter().cloned());
+            keys.extend(call.keys.iter_mut().map(std::mem::take));
             if let Args::Requests {
                 now_us,
                 sets: own,
@@ -397,6 +399,17 @@ impl Call {
                 sets,
                 requests,
             },
+        }
+    }
+
+    /// Hands `calls`, those [`joined`](Self::joined) was made of and in its order, their keys
+    /// back: for calls sent again alone.
+    pub(crate) fn give_back_keys<'a>(self, calls: impl Iterator<Item = &'a mut Call>) {
+        let mut keys = self.keys.into_iter();
+        for place in calls.flat_map(|call| call.keys.iter_mut()) {
+            if let Some(key) = keys.next() {
+                *place = key;
+            }
         }
     }
 
@@ -858,10 +871,15 @@ mod tests {
             };
             encode(&scheme, Some(42), &[request])
         };
-        let calls = [one(&a, "x", 1), one(&b, "y", 2), one(&a, "z", 3)];
-        let joined = Call::joined(calls.iter());
+        let mut calls = [one(&a, "x", 1), one(&b, "y", 2), one(&a, "z", 3)];
+        let keys: Vec<Keys> = calls.iter().map(|call| call.keys.clone()).collect();
+        let joined = Call::joined(calls.iter_mut());
         assert_eq!(joined.keys.len(), 3);
         assert_eq!(joined.time(), Some(42));
+        // Moved, not copied: each call holds its keys again once they are given back.
+        assert!(calls.iter().all(|call| call.keys.iter().all(String::is_empty)));
+        let sent: Vec<String> = joined.keys.to_vec();
+        assert_eq!(sent, keys.iter().flatten().cloned().collect::<Vec<_>>());
         assert_eq!(
             argv(&joined),
             [
@@ -871,6 +889,8 @@ mod tests {
                 "1", "256", "2", "512", "3", "256", // cost and head (flags + 256 × set) each
             ]
         );
+        joined.give_back_keys(calls.iter_mut());
+        assert!(calls.iter().map(|call| &call.keys).eq(&keys));
     }
 
     #[test]
@@ -887,7 +907,7 @@ mod tests {
             };
             encode(&scheme, None, &[request])
         };
-        let calls = [
+        let mut calls = [
             one(&a, "w", None),
             one(&a, "x", None),
             one(&a, "y", None),
@@ -896,7 +916,7 @@ mod tests {
             one(&b, "z", Some(("id", 9))),
             one(&a, "z", None),
         ];
-        let joined = Call::joined(calls.iter());
+        let joined = Call::joined(calls.iter_mut());
         assert_eq!(joined.keys.len(), 9);
         assert_eq!(
             &argv(&joined)[14..],
