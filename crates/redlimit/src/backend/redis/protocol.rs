@@ -876,8 +876,12 @@ mod tests {
         let joined = Call::joined(calls.iter_mut());
         assert_eq!(joined.keys.len(), 3);
         assert_eq!(joined.time(), Some(42));
-        // Moved, not copied: each call holds its keys again once they are given back.
-        assert!(calls.iter().all(|call| call.keys.iter().all(String::is_empty)));
+        // Moved, not copied: each call holds an empty key in each place until given them back.
+        assert!(
+            calls
+                .iter()
+                .all(|call| call.keys.iter().all(String::is_empty))
+        );
         let sent: Vec<String> = joined.keys.to_vec();
         assert_eq!(sent, keys.iter().flatten().cloned().collect::<Vec<_>>());
         assert_eq!(
