@@ -17,9 +17,9 @@ use crate::{Settings, report::Tally};
 /// http_memory, always second, 0.03 lower at the median in six paired HTTP runs here; a
 /// rotation, which keeps each contender's predecessor, moved the HTTP ratio of whichever
 /// contender followed http_redis up by 0.02 to 0.07 (three runs, and the gain followed it when
-/// two contenders swapped places). The default 24 rounds complete the design three times for
-/// the 8 contenders of the HTTP and saturate modes and twelve times for the flood's 2; the
-/// decisions mode's 10 get two whole squares and 4 rounds of a third.
+/// two contenders swapped places). The default 24 rounds complete the design twelve times for
+/// the flood's 2 contenders; a mode whose count does not divide 24 (the HTTP mode's 10, say)
+/// gets its whole squares and some rounds of another.
 pub(crate) fn round_order(round: usize, contenders: usize) -> impl Iterator<Item = usize> {
     let n = contenders.max(1);
     let (shift, reversed) = (round % n, n % 2 == 1 && (round / n) % 2 == 1);
