@@ -201,6 +201,8 @@ impl Arg {
 pub(crate) type Keys = SmallVec<[String; 1]>;
 /// One policy set's arguments.
 type SetArgs = SmallVec<[Arg; 6]>;
+/// A call's policy sets, each once.
+type Sets = SmallVec<[SetArgs; 1]>;
 
 /// One script call: its `KEYS` and `ARGV`, built in one place.
 ///
@@ -223,7 +225,7 @@ enum Args {
     /// of one route's checks sends its numbers once and each request as its cost and head.
     Requests {
         now_us: Option<u64>,
-        sets: SmallVec<[SetArgs; 1]>,
+        sets: Sets,
         requests: SmallVec<[Encoded; 1]>,
     },
 }
@@ -241,7 +243,7 @@ struct Encoded {
 /// The call checking (or settling) `requests` at `now_us` (`None`: Redis `TIME`).
 pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Request<'_>]) -> Call {
     let mut keys = Keys::new();
-    let mut sets = SmallVec::new();
+    let mut sets = Sets::new();
     let mut encoded = SmallVec::with_capacity(requests.len());
     for request in requests {
         let mut flags = 0;
@@ -331,7 +333,7 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
 
 /// The place of `set` in `sets`, added (copied, if borrowed) when it is not there yet: a batch
 /// of one route's checks copies its set once, not once per check.
-fn set_of(sets: &mut SmallVec<[SetArgs; 1]>, set: Cow<'_, SetArgs>) -> usize {
+fn set_of(sets: &mut Sets, set: Cow<'_, SetArgs>) -> usize {
     sets.iter().position(|s| *s == *set).unwrap_or_else(|| {
         sets.push(set.into_owned());
         sets.len() - 1
@@ -370,7 +372,7 @@ impl Call {
         // Sized for a batch of one-policy checks, the common one, so they are not regrown.
         let (mut keys, mut sets, mut requests, mut time) = (
             Keys::with_capacity(calls.len()),
-            SmallVec::new(),
+            Sets::new(),
             SmallVec::with_capacity(calls.len()),
             None,
         );
