@@ -26,6 +26,9 @@ local function decide_alone(set, out, base, k, now_us, cost)
   local admitted, taken, first = true, 0, k
   for i = 1, #set do
     local p, key = set[i], KEYS[k]
+    if p.group then
+      key = virtual(key, p.group, p.kind)
+    end
     k = k + 1
     local allowed, remaining, reset, retry
     if admitted then
@@ -43,11 +46,20 @@ local function decide_alone(set, out, base, k, now_us, cost)
   end
   if not admitted then
     for i = 1, taken do
-      local p, r = set[i], base + 4 * i
-      out[r - 2], out[r - 1] = p.untake(KEYS[first + i - 1], p.limit, p.window, p.burst, now_us, cost)
+      local p, r, key = set[i], base + 4 * i, KEYS[first + i - 1]
+      if p.group then
+        key = virtual(key, p.group, p.kind)
+      end
+      out[r - 2], out[r - 1] = p.untake(key, p.limit, p.window, p.burst, now_us, cost)
     end
   end
   return k
+end
+
+-- Decides a request of a set with key groups (set.runs) as decide_alone does: on the groups'
+-- records' numbers where it can (groups.lua), else by decide_alone.
+local function decide_grouped(set, out, base, k, now_us, cost)
+  return decide_group(set, out, base, k, now_us, cost, KEYS) or decide_alone(set, out, base, k, now_us, cost)
 end
 
 -- Appends the answer of lease to out: allowed (as lease_decide's) and the free slots after a
@@ -145,7 +157,9 @@ local function decide_request(out, kept, set, k, now_us, cost, reserve, idem, on
   -- every policy and before any takes.
   local base, admitted, limits, lone = #out, true, nil, #set == 1 and not lease and not grant
   local lease_key, leased, free, wait, extra = nil, nil, nil, nil, 0
-  if set.alone and cost > 0 and not lease and not grant then
+  if set.runs and cost > 0 and not lease and not grant then
+    k = decide_grouped(set, out, base, k, now_us, cost)
+  elseif set.alone and cost > 0 and not lease and not grant then
     k = decide_alone(set, out, base, k, now_us, cost)
   else
     for i = 1, #set do
@@ -256,13 +270,13 @@ local function decide_requests(out, kept, a)
         out[done + 1], out[done + 2], out[done + 3], out[done + 4] = allowed, remaining, reset, retry
         done = done + 4
       end
-    elseif set and set.alone and cost > 0 then
+    elseif set and (set.alone or set.runs) and cost > 0 then
       -- Several policies that each take at once, without flags: no bookkeeping either.
       a = after
       now_us = now_us or clock(ARGV[1])
-      local step = 4 * #set
+      local step, decide = 4 * #set, set.runs and decide_grouped or decide_alone
       for _ = 1, repeats do
-        k = decide_alone(set, out, done, k, now_us, cost)
+        k = decide(set, out, done, k, now_us, cost, KEYS)
         done = done + step
       end
     else
@@ -316,4 +330,5 @@ if not ok then
     out[i] = nil
   end
 end
+flush_groups()
 return packed(out)

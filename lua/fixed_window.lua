@@ -10,7 +10,9 @@
 -- Made by fixed_window_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's: a table of them by
 -- name (see the prelude) for fw, and one for fwa.
-local function fixed_window_functions()
+local function fixed_window_functions(call, pcall_call)
+  -- Over Redis, or over a key group's records (groups.lua) when given its calls.
+  local redis_call, redis_pcall = call or redis_call, pcall_call or redis_pcall
   local PACK = 1000000
   -- A packed count stays below COUNTS, so a count and a cost (at most the limit, below COUNTS)
   -- never carry into the head's digits.

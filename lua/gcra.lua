@@ -8,7 +8,9 @@
 -- Made by gcra_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's: a table of
 -- them by name (see the prelude).
-local function gcra_functions()
+local function gcra_functions(call)
+  -- Over Redis, or over a key group's records (groups.lua) when given its calls.
+  local redis_call = call or redis_call
   -- The most a settle may leave owed (us), so that every TAT stays exact in a double.
   local MAX_DEBT = 2 ^ 52
   -- Every quotient here is floor(x / y) as a double division, exact without div's correction:
@@ -31,6 +33,12 @@ local function gcra_functions()
   -- (a table entry per client costs where clients do not repeat, and saves a read where they
   -- do).
   local wrote_tat, wrote_interval = {}, {}
+  if call then
+    -- Over a key group's records, which are read without a command and may be changed by the
+    -- group's arithmetic (groups.lua): nothing kept here.
+    local kept_nothing = { __newindex = function() end }
+    wrote_tat, wrote_interval = setmetatable({}, kept_nothing), setmetatable({}, kept_nothing)
+  end
   -- A call's start, where these functions outlive the call (library.lua): what the last call
   -- wrote is Redis's now, read from there.
   local function gcra_fresh()
@@ -170,6 +178,6 @@ local function gcra_functions()
   end
   return {
     decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone, untake = gcra_untake,
-    fresh = gcra_fresh, text = pair_text(gcra_state),
+    fresh = gcra_fresh, text = pair_text(gcra_state, redis_call),
   }
 end

@@ -11,19 +11,23 @@ local p = sets[1][1]
 local key, limit, window, burst = policy_keys(p, KEYS, 1)
 local now_us = clock(ARGV[1])
 local allowed, remaining, reset, retry = p.decide(key, limit, window, burst, now_us, cost)
-local kind = redis_call('TYPE', key)['ok']
+-- A grouped policy's record is read as its own key would be (groups.lua).
+local call = p.call
+local kind = call('TYPE', key)['ok']
 local state = {}
 if kind == 'hash' then
-  state = redis_call('HGETALL', key)
+  state = call('HGETALL', key)
 elseif kind == 'string' then
   -- Named by the client, which knows the algorithm (GCRA's time, or a fixed window's numbers);
   -- as text where an algorithm packs it (its text).
-  state = { 'value', p.text and p.text(key) or redis_call('GET', key) }
+  state = { 'value', p.text and p.text(key) or call('GET', key) }
 elseif kind == 'zset' then
-  state = { 'entries', str(redis_call('ZCARD', key)) }
+  state = { 'entries', str(call('ZCARD', key)) }
 end
 local overridden = 0
-if key ~= KEYS[1] or limit ~= p.limit or window ~= p.window or burst ~= p.burst then
+if (key ~= KEYS[1] and not p.group) or limit ~= p.limit or window ~= p.window or burst ~= p.burst then
   overridden = 1
 end
-return { allowed, remaining, reset, retry, redis_call('PTTL', key), state, limit, key, overridden, window, div(now_us, 1000) }
+-- A grouped policy's key is its group's.
+local read = p.group and KEYS[1] or key
+return { allowed, remaining, reset, retry, call('PTTL', key), state, limit, read, overridden, window, div(now_us, 1000) }

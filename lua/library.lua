@@ -3,9 +3,12 @@
 -- at the start of the next.
 local function fresh_call()
   server_time = false
-  for _, fns in pairs(made) do
-    if fns.fresh then
-      fns.fresh()
+  for _, fresh in ipairs({ made, made_grouped }) do
+    for _, fns in pairs(fresh) do
+      if fns.fresh then
+        fns.fresh()
+      end
     end
   end
+  forget_groups()
 end

@@ -191,10 +191,11 @@ local function packer()
 end
 
 -- An inspection's text of a state of two integers: for a key, 'a:b' of what state_of(key,
--- value) reads from its value (nil where the key is absent), as versions before stored it.
-local function pair_text(state_of)
+-- value) reads from its value (nil where the key is absent), as versions before stored it;
+-- read by call (redis.call, or a key group's: groups.lua).
+local function pair_text(state_of, call)
   return function(key)
-    local v = redis_call('GET', key)
+    local v = call('GET', key)
     if not v then
       return v
     end

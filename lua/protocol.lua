@@ -3,8 +3,9 @@
 --
 -- ARGV: the time (us, or '' for Redis TIME); the number of policy sets, then each set: its
 -- number of policies, then each policy: algorithm, limit, window (ms), burst, its flags
--- (OVERRIDES, BAN, DELAY), then the ban's after, within, for and max (ms) when BAN, the longest
--- delay (ms) when DELAY. Then each request, to the end: its cost, its head (its flags ONCE,
+-- (OVERRIDES, BAN, DELAY, ONE_KEY), then the ban's after, within, for and max (ms) when BAN, the
+-- longest delay (ms) when DELAY, its record's id in its key group's key when ONE_KEY (the key
+-- given for it is then the group's: see groups.lua). Then each request, to the end: its cost, its head (its flags ONCE,
 -- RESERVE, TAKEN_AT, REPEAT, LEASE, GIVEN, GRANT, REFUND, plus SET_STEP times its set's number), the
 -- request id's window (ms) when ONCE, the reservation's time (us) when TAKEN_AT, its concurrency
 -- limit's limit, lease TTL (ms) and lease id when LEASE, the most it takes beyond its cost where
@@ -26,7 +27,8 @@ local function read_sets(argv)
     local set = {}
     for i = 1, number(argv[a]) do
       local name, flags = argv[a + 1], number(argv[a + 5])
-      local fns = algorithm(name)
+      local grouped = flags % (2 * ONE_KEY) >= ONE_KEY
+      local fns = algorithm(name, grouped)
       local p = {
         decide = fns.decide, take = fns.take, settle = fns.settle, alone = fns.alone, untake = fns.untake,
         refund = fns.refund, text = fns.text,
@@ -43,16 +45,35 @@ local function read_sets(argv)
         p.slack = number(argv[a + 1]) * 1000
         a = a + 1
       end
+      -- Its record's id in its key group's key, and the calls its state is read and written by.
+      p.call = redis_call
+      if grouped then
+        p.group, p.call = number(argv[a + 1]), vcall
+        p.kind = (name == 'fw' or name == 'fwa') and 'text' or 'pair'
+        -- What decide_group (groups.lua) reads of an aligned fixed window, GCRA or token bucket.
+        p.window_numbers = name == 'fw'
+        p.interval = name == 'gcra' and ceil_div(p.window * 1000, p.limit) or nil
+        p.bucket = name == 'tb'
+        a = a + 1
+      end
       set[i] = p
     end
-    set.plain = #set == 1 and not set[1].overrides and not set[1].ban
+    set.plain = #set == 1 and not set[1].overrides and not set[1].ban and not set[1].group
     -- Several policies, each decided and taken by its alone, given back by its untake on a
-    -- denial.
-    set.alone = #set > 1
+    -- denial (alone, below).
+    -- Grouped aligned fixed windows, GCRA and token buckets (and no other policy: arithmetic),
+    -- beside policies that could be decided alone (runs): decided on their records' numbers
+    -- (groups.lua).
+    local alone, arithmetic, some, runs = true, true, false, true
     for i = 1, #set do
       local p = set[i]
-      set.alone = set.alone and p.untake ~= nil and not p.overrides and not p.ban
+      local numbers = p.window_numbers or p.bucket or p.interval ~= nil
+      local takes_alone = p.untake ~= nil and not p.overrides and not p.ban
+      alone = alone and takes_alone
+      arithmetic, some = arithmetic and numbers, some or numbers
+      runs = runs and (numbers or (takes_alone and not p.group))
     end
+    set.alone, set.arithmetic, set.runs = alone and #set > 1, arithmetic, some and runs
     sets[s] = set
     a = a + 1
   end
@@ -100,6 +121,9 @@ end
 -- where the next begins, reading nothing from Redis.
 local function policy_keys(p, keys, k, skip)
   local key, limit, window, burst = keys[k], p.limit, p.window, p.burst
+  if p.group then
+    key = virtual(key, p.group, p.kind)
+  end
   k = k + 1
   if p.overrides then
     if not skip then

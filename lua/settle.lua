@@ -69,4 +69,5 @@ while a <= last do
     end
   end
 end
+flush_groups()
 return out

@@ -11,7 +11,23 @@
 -- Made by token_bucket_functions when a call first checks a policy of it (dispatch.lua), so a call
 -- makes the functions of the algorithms it checks, not every algorithm's: a table of
 -- them by name (see the prelude).
-local function token_bucket_functions()
+-- A bucket's answer to a request of cost where it does not take: its tokens taken (x window)
+-- used, refills counting from now + lag. allowed, remaining, reset (ms) and retry (ms); shared
+-- by a key's buckets and a key group's (groups.lua).
+local function bucket_answer(used, lag, rate, window, burst, cost)
+  local room, needed = burst * window - used, cost * window
+  local remaining, reset = div(max(room, 0), window), lag + ceil_div(used, rate)
+  if cost > burst then
+    return 0, remaining, reset, NEVER
+  elseif needed > room then
+    return 0, remaining, reset, lag + ceil_div(needed - room, rate)
+  end
+  return 1, remaining, reset, -1
+end
+
+local function token_bucket_functions(call)
+  -- Over Redis, or over a key group's records (groups.lua) when given its calls.
+  local redis_call = call or redis_call
   -- What this call wrote at each key: the tokens taken (false where it deleted the key) and
   -- the last refill. A script runs alone and its keys do not expire while it runs, so a client
   -- checked again in the same call (a hot one) is read from here, not from Redis: one command a
@@ -104,11 +120,9 @@ local function token_bucket_functions()
       local remaining, reset = token_bucket_take(key, rate, window, burst, now_us, cost, used + needed, last, lag)
       return 1, remaining, reset, -1
     end
-    local remaining, reset = div(max(room, 0), window), lag + ceil_div(used, rate)
-    if cost > burst then
-      return 0, remaining, reset, NEVER
-    elseif needed > room then
-      return 0, remaining, reset, lag + ceil_div(needed - room, rate)
+    local allowed, remaining, reset, retry = bucket_answer(used, lag, rate, window, burst, cost)
+    if allowed == 0 then
+      return 0, remaining, reset, retry
     end
     return 1, remaining, reset, -1, used + needed, last, lag
   end
@@ -144,6 +158,6 @@ local function token_bucket_functions()
   end
   return {
     decide = token_bucket, take = token_bucket_take, settle = token_bucket_settle, alone = token_bucket_alone,
-    untake = token_bucket_untake, fresh = token_bucket_fresh, text = pair_text(bucket_state),
+    untake = token_bucket_untake, fresh = token_bucket_fresh, text = pair_text(bucket_state, redis_call),
   }
 end

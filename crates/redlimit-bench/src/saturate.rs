@@ -20,7 +20,7 @@ use crate::{
     Settings,
     decisions::{NAIVE, NAIVE_SCRIPT, admin, policy, redis_limiter},
     report::Row,
-    saturation::{COMBINED, generous, spread},
+    saturation::{COMBINED, Combined, generous, spread},
 };
 
 /// Checks per call of the batched contenders, as many as the backend puts in one.
@@ -100,15 +100,11 @@ fn contenders() -> Vec<Contender> {
     let batched = Algorithm::ALL
         .into_iter()
         .map(|algorithm| (algorithm.name(), vec![generous(algorithm)]))
-        .chain(COMBINED.iter().map(|(name, members, _)| {
-            (
-                *name,
-                members
-                    .iter()
-                    .map(|&algorithm| generous(algorithm))
-                    .collect(),
-            )
-        }));
+        .chain(
+            COMBINED
+                .iter()
+                .map(|combined| (combined.name, combined.set().to_vec())),
+        );
     for (name, policies) in batched {
         all.push(Contender {
             name: format!("{name} ×{BATCH}"),
@@ -300,7 +296,7 @@ pub(crate) fn print_paired(rows: &[Row], by_round: &[Vec<f64>]) {
         }
     }
     let batched = |name: &str| at(&format!("{name} ×{BATCH}"));
-    for (name, members, _) in COMBINED {
+    for Combined { name, members, .. } in COMBINED {
         let members: Option<Vec<usize>> = members.iter().map(|m| batched(m.name())).collect();
         if let Some((set, members)) = batched(name).zip(members) {
             let ratios = by_round[set]

@@ -50,16 +50,25 @@ pub(crate) enum Contender {
 /// the rows say). Below 1,000,000, so that fixed windows keep their one-string state, as
 /// any limit of a client (not of a whole service) does.
 pub(crate) fn generous(algorithm: Algorithm) -> Policy {
+    generous_in(algorithm, None)
+}
+
+/// [`generous`], in key group `group` if given.
+fn generous_in(algorithm: Algorithm, group: Option<&str>) -> Policy {
     let limit = if algorithm == Algorithm::SlidingWindowLog {
         100
     } else {
         100_000
     };
-    Policy::builder(algorithm.name(), algorithm)
+    let policy = Policy::builder(algorithm.name(), algorithm)
         .limit(limit)
-        .window(Duration::from_secs(60))
-        .build()
-        .expect("a valid policy")
+        .window(Duration::from_secs(60));
+    match group {
+        Some(group) => policy.key_group(group),
+        None => policy,
+    }
+    .build()
+    .expect("a valid policy")
 }
 
 pub(crate) fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)> {
@@ -98,32 +107,71 @@ pub(crate) fn contenders(url: &str, naive_sha1: &str) -> Vec<(String, Contender)
         format!("{}_two_keys", crate::decisions::TWO_POLICIES),
         redlimit(two, Some(1)),
     ));
-    for (name, members, split) in COMBINED {
-        let set = PolicySet::new(members.iter().map(|&algorithm| generous(algorithm)))
-            .expect("a valid set");
-        all.push(((*name).to_owned(), redlimit(set, *split)));
+    for combined in COMBINED {
+        all.push((
+            combined.name.to_owned(),
+            redlimit(combined.set(), combined.split),
+        ));
     }
     all
 }
 
-/// Checks of several policies whose cost is weighed against their members checked alone (the
-/// rows named after their algorithms): name, members, and where the second key's begin.
-pub(crate) const COMBINED: &[(&str, &[Algorithm], Option<usize>)] = &[
-    (
-        "fixed_window+gcra",
-        &[Algorithm::FixedWindow, Algorithm::Gcra],
-        None,
-    ),
-    // Per IP, then a key's rate and burst.
-    (
-        "fw+gcra+tb_two_keys",
-        &[
-            Algorithm::FixedWindow,
-            Algorithm::Gcra,
-            Algorithm::TokenBucket,
-        ],
-        Some(1),
-    ),
+/// A check of several policies whose cost is weighed against its members checked alone (the
+/// rows named after their algorithms).
+pub(crate) struct Combined {
+    pub(crate) name: &'static str,
+    pub(crate) members: &'static [Algorithm],
+    /// Where the second key's policies begin, if there is one.
+    pub(crate) split: Option<usize>,
+    /// The key group the members under its last key keep their state in, if any; those under
+    /// the first key of a split check keep keys of their own (per IP, beside a key's group).
+    group: Option<&'static str>,
+}
+
+impl Combined {
+    /// Its members, each as generous as the rows it is weighed against.
+    pub(crate) fn set(&self) -> PolicySet {
+        let grouped_from = self.split.unwrap_or(0);
+        PolicySet::new(self.members.iter().enumerate().map(|(i, &algorithm)| {
+            generous_in(algorithm, self.group.filter(|_| i >= grouped_from))
+        }))
+        .expect("a valid set")
+    }
+}
+
+/// Per IP, then a key's rate and burst.
+const PER_IP_AND_KEY: &[Algorithm] = &[
+    Algorithm::FixedWindow,
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+];
+
+pub(crate) const COMBINED: &[Combined] = &[
+    Combined {
+        name: "fixed_window+gcra",
+        members: &[Algorithm::FixedWindow, Algorithm::Gcra],
+        split: None,
+        group: None,
+    },
+    Combined {
+        name: "fw+gcra+tb_two_keys",
+        members: PER_IP_AND_KEY,
+        split: Some(1),
+        group: None,
+    },
+    // The same, each client's states in one key (`PolicyBuilder::key_group`).
+    Combined {
+        name: "fixed_window+gcra_one_key",
+        members: &[Algorithm::FixedWindow, Algorithm::Gcra],
+        split: None,
+        group: Some("one"),
+    },
+    Combined {
+        name: "fw+gcra+tb_two_keys_one_key",
+        members: PER_IP_AND_KEY,
+        split: Some(1),
+        group: Some("one"),
+    },
 ];
 
 /// Prints each combined check's figure (`value` of its row) over the sum of its members'.
@@ -133,7 +181,7 @@ pub(crate) fn print_sums(rows: &[Row], what: &str, value: impl Fn(&Row) -> Optio
             .find(|row| row.contender == name)
             .and_then(&value)
     };
-    for (name, members, _) in COMBINED {
+    for Combined { name, members, .. } in COMBINED {
         let sum: Option<f64> = members.iter().map(|member| of(member.name())).sum();
         if let Some((combined, sum)) = of(name).zip(sum) {
             println!(
@@ -405,7 +453,7 @@ impl Measured {
                 println!("  {} × naive: {}", row.contender, spread(ratios));
             }
         }
-        for (name, members, _) in COMBINED {
+        for Combined { name, members, .. } in COMBINED {
             let members: Option<Vec<usize>> = members.iter().map(|m| at(m.name())).collect();
             if let Some((combined, members)) = at(name).zip(members) {
                 let ratios = (0..rounds).map(|r| {

@@ -139,9 +139,12 @@ impl KeyScheme {
         self.fingerprint
     }
 
-    /// The Redis key holding `policy`'s state for `client`.
+    /// The Redis key holding `policy`'s state for `client`: for a policy of a key group
+    /// ([`PolicyBuilder::key_group`](crate::PolicyBuilder::key_group)), the group's key
+    /// `prefix:group:{client}:group`, which holds every member's.
     pub fn key(&self, policy: &Policy, client: &str) -> String {
-        self.named(policy.name(), policy.key_suffix(), client)
+        let (name, suffix) = policy.key_parts();
+        self.named(name, suffix, client)
     }
 
     /// The key `prefix:name:{client}:suffix`.
@@ -163,12 +166,8 @@ impl KeyScheme {
     /// A `SCAN` pattern matching `policy`'s keys for every client: prefix, policy name and
     /// numbers hold no glob character, and a client's tag holds no `}`.
     pub(crate) fn pattern(&self, policy: &Policy) -> String {
-        format!(
-            "{}:{}:{{*}}:{}",
-            self.prefix,
-            policy.name(),
-            policy.key_suffix()
-        )
+        let (name, suffix) = policy.key_parts();
+        format!("{}:{name}:{{*}}:{suffix}", self.prefix)
     }
 
     /// The key holding `client`'s override of `policy` (see `Limiter::set_override`), by the

@@ -16,6 +16,9 @@ const MAX_DELAY_MS: u64 = 3_600_000;
 /// many as its cost (at most the limit) in one script run: 10,000 keeps that run to a few tens
 /// of milliseconds and the key near 1.3 MB (a cost of 1,000,000 blocked Redis for 3–4 s).
 pub(crate) const MAX_LOG_LIMIT: u64 = 10_000;
+/// A grouped fixed window's limit stays below this: a window counting past it is kept as a hash
+/// (see `lua/fixed_window.lua`), which a key group's record cannot hold.
+const MAX_GROUPED_WINDOW_LIMIT: u64 = 500_000;
 
 /// How a [`Policy`] counts. Each is exact integer arithmetic, the same on Redis and in memory.
 ///
@@ -143,6 +146,8 @@ struct PolicyInner {
     ban: Option<Ban>,
     /// Hot-key mode: a guard takes several units at once and spends them in process.
     grants: Option<Grants>,
+    /// The key group whose one key per client holds this policy's state among its members'.
+    key_group: Option<Arc<str>>,
 }
 
 impl Policy {
@@ -158,6 +163,7 @@ impl Policy {
             overridable: false,
             ban: None,
             grants: None,
+            key_group: None,
         }
     }
 
@@ -218,6 +224,27 @@ impl Policy {
     /// [`PolicyBuilder::overrides`].
     pub fn takes_overrides(&self) -> bool {
         self.inner.overridable
+    }
+
+    /// The key group the policy keeps its state in, if any; see [`PolicyBuilder::key_group`].
+    pub fn key_group(&self) -> Option<&str> {
+        self.inner.key_group.as_deref()
+    }
+
+    /// What names the policy's keys around the client: its name and key suffix, or its key
+    /// group's name and `group` (no policy's suffix, which is `algorithm:window`).
+    pub(crate) fn key_parts(&self) -> (&str, &str) {
+        match self.key_group() {
+            Some(group) => (group, "group"),
+            None => (self.name(), self.key_suffix()),
+        }
+    }
+
+    /// The id of the policy's record in its key group's key: 46 bits of its fingerprint (its
+    /// name, algorithm and window), so that the script reads it exactly and writes it as 14
+    /// digits at most.
+    pub(crate) fn record_id(&self) -> u64 {
+        u64::try_from(self.inner.fingerprint >> 82).unwrap_or(0)
     }
 
     /// The policy a client with override `numbers` is checked by: this one's name and
@@ -288,9 +315,43 @@ pub struct PolicyBuilder {
     overridable: bool,
     ban: Option<Ban>,
     grants: Option<Grants>,
+    key_group: Option<String>,
 }
 
 impl PolicyBuilder {
+    /// Keeps the policy's state for a client in one Redis key with the other policies of key
+    /// group `group` (a name as a policy's): a check of several of them reads that key once
+    /// and writes it once, where a key each cost each policy its own commands. Defaults to a
+    /// key of its own.
+    ///
+    /// For a fixed window, GCRA or token bucket, without overrides, bans, delay mode or grants;
+    /// a fixed window's limit stays below 500,000. A policy that joins a group (or leaves one)
+    /// starts every client afresh, as a renamed policy does. Resetting a client of a grouped
+    /// policy resets the client's whole group.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlimit::{Algorithm, Policy, PolicySet};
+    ///
+    /// let per_minute = Policy::builder("per-minute", Algorithm::FixedWindow)
+    ///     .limit(100)
+    ///     .window(Duration::from_secs(60))
+    ///     .key_group("api")
+    ///     .build()?;
+    /// let per_second = Policy::builder("per-second", Algorithm::Gcra)
+    ///     .limit(5)
+    ///     .window(Duration::from_secs(1))
+    ///     .key_group("api")
+    ///     .build()?;
+    /// let both = PolicySet::new([per_minute, per_second])?;
+    /// assert_eq!(both[0].key_group(), Some("api"));
+    /// # Ok::<(), redlimit::ConfigError>(())
+    /// ```
+    pub fn key_group(mut self, group: impl Into<String>) -> Self {
+        self.key_group = Some(group.into());
+        self
+    }
+
     /// Hot-key mode: a guard on Redis takes several units at once and spends them in process,
     /// with the bound on accuracy [`Grants`] writes down. Defaults to none: every check is
     /// exact. Not with [`ban`](Self::ban) or [`max_delay`](Self::max_delay).
@@ -469,6 +530,41 @@ impl PolicyBuilder {
             Some(grants) => Some(grants.validated(burst, window_ms)?),
             None => None,
         };
+        let key_group = match self.key_group {
+            Some(group) => {
+                validate_name("key_group", &group)?;
+                let grouped = [
+                    (self.overridable, "overrides"),
+                    (self.ban.is_some(), "ban"),
+                    (max_delay_ms > 0, "max_delay"),
+                    (grants.is_some(), "grants"),
+                ];
+                if let Some((_, with)) = grouped.into_iter().find(|(set, _)| *set) {
+                    return Err(ConfigError::Conflict {
+                        field: "key_group",
+                        with,
+                    });
+                }
+                match algorithm {
+                    Algorithm::FixedWindow | Algorithm::FixedWindowAnchored
+                        if limit >= MAX_GROUPED_WINDOW_LIMIT =>
+                    {
+                        return Err(ConfigError::TooLarge {
+                            field: "limit",
+                            max: MAX_GROUPED_WINDOW_LIMIT - 1,
+                        });
+                    }
+                    Algorithm::SlidingWindowLog | Algorithm::SlidingWindowCounter => {
+                        return Err(ConfigError::NotApplicable {
+                            field: "key_group",
+                            algorithm: algorithm.name(),
+                        });
+                    }
+                    _ => Some(Arc::from(group)),
+                }
+            }
+            None => None,
+        };
         Ok(Policy {
             inner: Arc::new(PolicyInner {
                 fingerprint,
@@ -482,6 +578,7 @@ impl PolicyBuilder {
                 overridable: self.overridable,
                 ban: self.ban,
                 grants,
+                key_group,
             }),
         })
     }

@@ -320,6 +320,10 @@ pub struct Route {
     /// per second and 5 per minute". Each denies with its own `Retry-After`. Defaults to none.
     #[serde(default)]
     pub also: Vec<AlsoLimit>,
+    /// A key group, such as `"api"`: the route's policy and its `also` limits under the route's
+    /// key keep a client's states in one Redis key of that group (fixed windows, GCRA and token
+    /// buckets without tiers, bans, delay mode or grants). Defaults to a key each.
+    pub key_group: Option<String>,
     /// A request header naming a request id, such as `idempotency-key`: retries with the same
     /// id within `idempotency_window` are counted once. Defaults to none.
     pub idempotency_header: Option<String>,
@@ -789,6 +793,9 @@ impl Route {
             if let Some(grants) = &self.grants {
                 builder = builder.grants(grants.grants());
             }
+            if let (Some(group), None) = (&self.key_group, &also.key) {
+                builder = builder.key_group(group.clone());
+            }
             let what = format!("also {}", also.name);
             policies.push(builder.build().map_err(|e| at(&what, &e))?);
         }
@@ -842,6 +849,9 @@ impl Route {
         }
         if let Some(burst) = burst {
             builder = builder.burst(burst);
+        }
+        if let Some(group) = &self.key_group {
+            builder = builder.key_group(group.clone());
         }
         match (self.mode, self.max_delay) {
             (Mode::Delay, Some(max_delay)) => builder = builder.max_delay(max_delay),
@@ -1058,6 +1068,10 @@ mod tests {
                 route("algorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\ndeny = [\"nonsense\"]"),
                 "deny",
             ),
+            (
+                route("algorithm = \"sliding_window_log\"\nlimit = 1\nwindow = \"1s\"\nkey_group = \"api\""),
+                "key_group",
+            ),
             ("".to_owned(), "route"),
             (
                 one_route(
@@ -1076,6 +1090,21 @@ mod tests {
             let err = Config::parse(&text).expect_err(&text);
             assert!(err.0.contains(field), "{field}: {err}");
         }
+    }
+
+    #[test]
+    fn a_key_group_holds_the_route_and_its_limits_under_the_routes_key() {
+        let text = "[[route]]\npath = \"/a\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow = \"1s\"\n\
+            key_group = \"api\"\n\
+            [[route.also]]\nname = \"per-minute\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1m\"\n\
+            [[route.also]]\nname = \"per-ip\"\nalgorithm = \"fixed_window\"\nlimit = 9\nwindow = \"1m\"\nkey = \"ip\"\n";
+        let config = Config::parse(text).expect("valid");
+        let route = &config.routes[0];
+        let set = route
+            .policies(route.policy().expect("policy"))
+            .expect("policies");
+        let groups: Vec<Option<&str>> = set.iter().map(|p| p.key_group()).collect();
+        assert_eq!(groups, [Some("api"), Some("api"), None]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ const USAGE: &str = "usage: redlimit-demo [--config FILE]
 With no arguments, serves three limited routes on 127.0.0.1:3000 with the in-memory backend.
 FILE is TOML: listen, redis_url | redis_cluster | redis_sentinel, trusted_proxies,
 client_ip_header, failure, budget, headers, metrics_listen, allow, deny, and [[route]] tables (path, name,
-algorithm, limit, window, burst, key, shadow, mode, max_delay, concurrency, lease_ttl, methods,
+algorithm, limit, window, burst, key, key_group, shadow, mode, max_delay, concurrency, lease_ttl, methods,
 failure, budget, allow, deny, handler).
 GET /metrics serves Prometheus text.
 Logs go to standard error; RUST_LOG filters them (defaults to info). The file is read again

@@ -16,6 +16,7 @@ mod failover;
 mod grants;
 mod harness;
 mod inspect;
+mod key_groups;
 mod keys_per_policy;
 mod layer_axum;
 mod layer_failures;

@@ -55,6 +55,17 @@ fn run_parity(
     runtime: &tokio::runtime::Runtime,
     policies: impl Strategy<Value = Vec<Policy>>,
 ) {
+    run_parity_keyed(server, runtime, policies, &[]);
+}
+
+/// As [`run_parity`], each policy `i` checked under its client's key number `each[i]` (a
+/// request's keys, one a policy) where `each` is not empty.
+fn run_parity_keyed(
+    server: &RedisServer,
+    runtime: &tokio::runtime::Runtime,
+    policies: impl Strategy<Value = Vec<Policy>>,
+    each: &[usize],
+) {
     let mut runner = TestRunner::new(Config {
         cases: 64,
         failure_persistence: None,
@@ -73,9 +84,19 @@ fn run_parity(
                 let client = format!("c{}", step.client);
                 let at = Timestamp::from_micros(now);
                 let set = set_of(&policies);
+                let keys: Vec<String> = each.iter().map(|k| format!("{client}-{k}")).collect();
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
                 let (on_redis, in_memory) = runtime.block_on(async {
-                    let on_redis = redis.check(&set, &client).cost(step.cost).at(at).await;
-                    let in_memory = memory.check(&set, &client).cost(step.cost).at(at).await;
+                    let (on_redis, in_memory) = if keys.is_empty() {
+                        (redis.check(&set, &client), memory.check(&set, &client))
+                    } else {
+                        (
+                            redis.check(&set, "").keys(&keys),
+                            memory.check(&set, "").keys(&keys),
+                        )
+                    };
+                    let on_redis = on_redis.cost(step.cost).at(at).await;
+                    let in_memory = in_memory.cost(step.cost).at(at).await;
                     (on_redis.expect("redis"), in_memory.expect("memory"))
                 });
                 for (r, m) in on_redis.iter().zip(&in_memory) {
@@ -133,31 +154,7 @@ fn policies_checked_together_decide_the_same_on_redis_and_in_memory() {
 fn policies_that_take_at_once_checked_together_decide_the_same_on_redis_and_in_memory() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let member = |name: &'static str| {
-        (
-            prop::sample::select(vec![
-                Algorithm::FixedWindow,
-                Algorithm::FixedWindowAnchored,
-                Algorithm::Gcra,
-                Algorithm::TokenBucket,
-            ]),
-            1_u64..12,
-            prop::sample::select(vec![1_000_u64, 1_500, 7_000, 60_000]),
-            1_u64..12,
-        )
-            .prop_map(move |(algorithm, limit, window, burst)| {
-                let builder = Policy::builder(name, algorithm)
-                    .limit(limit)
-                    .window(std::time::Duration::from_millis(window));
-                if algorithm.has_burst() {
-                    builder.burst(burst)
-                } else {
-                    builder
-                }
-                .build()
-                .expect("a policy")
-            })
-    };
+    let member = |name| taking_at_once(name, None);
     let pair = (member("first"), member("second")).prop_map(|(a, b)| vec![a, b]);
     run_parity(&server, &runtime, pair);
     // Each run numbers its cases from 1: the pairs' state would be read as the threes'.
@@ -165,4 +162,71 @@ fn policies_that_take_at_once_checked_together_decide_the_same_on_redis_and_in_m
     let three =
         (member("first"), member("second"), member("third")).prop_map(|(a, b, c)| vec![a, b, c]);
     run_parity(&server, &runtime, three);
+}
+
+/// A policy named `name` of an algorithm that decides and takes at once (a fixed window,
+/// aligned or anchored, GCRA or a token bucket), in key group `group` if given.
+fn taking_at_once(
+    name: &'static str,
+    group: Option<&'static str>,
+) -> impl Strategy<Value = Policy> {
+    (
+        prop::sample::select(vec![
+            Algorithm::FixedWindow,
+            Algorithm::FixedWindowAnchored,
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+        ]),
+        1_u64..12,
+        prop::sample::select(vec![1_000_u64, 1_500, 7_000, 60_000]),
+        1_u64..12,
+    )
+        .prop_map(move |(algorithm, limit, window, burst)| {
+            let mut builder = Policy::builder(name, algorithm)
+                .limit(limit)
+                .window(std::time::Duration::from_millis(window));
+            if algorithm.has_burst() {
+                builder = builder.burst(burst);
+            }
+            if let Some(group) = group {
+                builder = builder.key_group(group);
+            }
+            builder.build().expect("a policy")
+        })
+}
+
+/// Policies of one key group keep a client's states in one key, each a record its algorithm
+/// reads and writes as its own key: alone, two and three of them, decided as in memory.
+#[test]
+fn policies_of_one_key_group_decide_the_same_on_redis_and_in_memory() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let member = |name| taking_at_once(name, Some("g"));
+    run_parity(&server, &runtime, member("alone").prop_map(|p| vec![p]));
+    redlimit_tests::flush_all(&mut server.connection());
+    let pair = (member("first"), member("second")).prop_map(|(a, b)| vec![a, b]);
+    run_parity(&server, &runtime, pair);
+    redlimit_tests::flush_all(&mut server.connection());
+    let three =
+        || (member("first"), member("second"), member("third")).prop_map(|(a, b, c)| vec![a, b, c]);
+    run_parity(&server, &runtime, three());
+    // Under two keys: a key of one and a key of two side by side (each key read once and
+    // written once), then a key whose two are apart in the set.
+    for each in [[0, 1, 1], [0, 1, 0]] {
+        redlimit_tests::flush_all(&mut server.connection());
+        run_parity_keyed(&server, &runtime, three(), &each);
+    }
+    // Beside a policy of a key of its own (per IP, then a key's two grouped policies).
+    let mixed = || {
+        (
+            taking_at_once("own", None),
+            member("second"),
+            member("third"),
+        )
+            .prop_map(|(a, b, c)| vec![a, b, c])
+    };
+    for each in [&[][..], &[0, 1, 1]] {
+        redlimit_tests::flush_all(&mut server.connection());
+        run_parity_keyed(&server, &runtime, mixed(), each);
+    }
 }

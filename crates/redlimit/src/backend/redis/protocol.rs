@@ -65,6 +65,9 @@ constants! {
     BAN = 2;
     /// A policy's flag: it is in delay mode.
     DELAY = 4;
+    /// A policy's flag: it keeps its state in its key group's key, a record among its group's
+    /// (its record's id follows its other arguments).
+    ONE_KEY = 8;
 }
 
 /// How many integers a lease's answer is: granted, free slots, wait.
@@ -141,7 +144,10 @@ impl<'a> Request<'a> {
     pub(crate) fn lean(&self) -> Option<Algorithm> {
         match self.policies {
             [policy]
-                if self.marks_of(policy) == 0 && self.lease.is_none() && self.grant.is_none() =>
+                if self.marks_of(policy) == 0
+                    && policy.key_group().is_none()
+                    && self.lease.is_none()
+                    && self.grant.is_none() =>
             {
                 Some(policy.algorithm())
             }
@@ -277,12 +283,17 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             let client = request.client_of(i);
             let marks = request.marks_of(policy);
             let delay = if policy.max_delay_ms() > 0 { DELAY } else { 0 };
+            let grouped = if policy.key_group().is_some() {
+                ONE_KEY
+            } else {
+                0
+            };
             set.extend([
                 Arg::Text(policy.algorithm().tag()),
                 Arg::Int(policy.limit()),
                 Arg::Int(policy.window_ms()),
                 Arg::Int(policy.burst()),
-                Arg::Int(marks | delay),
+                Arg::Int(marks | delay | grouped),
             ]);
             keys.push(scheme.key(policy, client));
             if marks & OVERRIDES != 0 {
@@ -295,6 +306,9 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             }
             if delay != 0 {
                 set.push(Arg::Int(policy.max_delay_ms()));
+            }
+            if grouped != 0 {
+                set.push(Arg::Int(policy.record_id()));
             }
         }
         if let Some(lease) = request.lease {

@@ -63,6 +63,7 @@ macro_rules! every {
             include_str!("../../../lua/token_bucket.lua"),
             include_str!("../../../lua/gcra.lua"),
             include_str!("../../../lua/lease.lua"),
+            include_str!("../../../lua/groups.lua"),
             include_str!("../../../lua/dispatch.lua"),
             include_str!("../../../lua/marks.lua"),
             include_str!("../../../lua/protocol.lua"),
