@@ -321,13 +321,18 @@ pub struct PolicyBuilder {
 impl PolicyBuilder {
     /// Keeps the policy's state for a client in one Redis key with the other policies of key
     /// group `group` (a name as a policy's): a check of several of them reads that key once
-    /// and writes it once, where a key each cost each policy its own commands. Defaults to a
-    /// key of its own.
+    /// and writes it once, where a key each cost each policy its own commands and its own
+    /// entry in Redis's keyspace. Decisions are the same either way. Defaults to a key of its
+    /// own.
     ///
-    /// For a fixed window, GCRA or token bucket, without overrides, bans, delay mode or grants;
-    /// a fixed window's limit stays below 500,000. A policy that joins a group (or leaves one)
-    /// starts every client afresh, as a renamed policy does. Resetting a client of a grouped
-    /// policy resets the client's whole group.
+    /// For a fixed window (aligned or anchored), GCRA or token bucket, without overrides, bans,
+    /// delay mode or grants; a fixed window's limit stays below 500,000. A set may mix grouped
+    /// policies with policies of keys of their own. Checked together, up to two of a group's
+    /// policies under one key are decided on the key's records at once (an anchored window
+    /// takes the slower way, through its own Lua); give each set of policies checked together a
+    /// group of its own. A policy that joins a group (or leaves one) starts every client
+    /// afresh, as a renamed policy does. Resetting a client of a grouped policy resets the
+    /// client's whole group. See the features guide's section on key groups.
     ///
     /// ```
     /// use std::time::Duration;
