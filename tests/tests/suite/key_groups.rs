@@ -249,3 +249,64 @@ async fn inspect_reads_a_record_and_reset_empties_the_group() {
         assert_eq!(seen.used(), 0, "{}: the whole group is reset", p.name());
     }
 }
+
+/// On a Cluster a group key lives in its client's slot: clients spread over every primary are
+/// each admitted exactly the tighter limit, and a check whose per-IP key and key group live in
+/// two slots is all or nothing across them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_on_a_cluster_decide_in_each_clients_slot() {
+    let cluster = redlimit_tests::RedisCluster::start();
+    let backend = redlimit::RedisBackend::cluster(cluster.urls())
+        .budget(Duration::from_secs(5))
+        .build()
+        .expect("valid urls");
+    let limiter = redlimit::Limiter::new(backend);
+    let set = set_of(&[
+        grouped("per-minute", Algorithm::FixedWindow, 10),
+        grouped("bucket", Algorithm::TokenBucket, 100),
+    ]);
+    for client in 0..30 {
+        let client = format!("client-{client}");
+        let mut admitted = 0;
+        for step in 0..12 {
+            let decisions = limiter
+                .check(&set, &client)
+                .at(at_ms(T0 + step))
+                .await
+                .expect("check");
+            admitted += usize::from(decisions.allowed());
+        }
+        assert_eq!(admitted, 10, "{client}");
+    }
+    // Per IP under a key of its own, a key's two policies in one group, in two slots.
+    let per_ip = Policy::builder("per-ip", Algorithm::FixedWindow)
+        .limit(100)
+        .window(Duration::from_secs(60))
+        .build()
+        .expect("a valid policy");
+    let mixed = set_of(&[
+        per_ip,
+        grouped("key-minute", Algorithm::FixedWindow, 3),
+        grouped("key-bucket", Algorithm::Gcra, 100),
+    ]);
+    let keys = ["ip:10.0.0.1", "key:k1", "key:k1"];
+    for step in 0..5 {
+        let decisions = limiter
+            .check(&mixed, "")
+            .keys(&keys)
+            .at(at_ms(T0 + step))
+            .await
+            .expect("check");
+        assert_eq!(decisions.allowed(), step < 3, "step {step}");
+    }
+    let ip = limiter
+        .check(&mixed, "")
+        .keys(&["ip:10.0.0.1", "key:k2", "key:k2"])
+        .at(at_ms(T0 + 9))
+        .await
+        .expect("check");
+    assert_eq!(
+        ip[0].remaining, 96,
+        "the key's denials spent none of the IP's quota"
+    );
+}
