@@ -21,8 +21,9 @@ use crate::{
 
 /// `redlimit --help`.
 pub(crate) const USAGE: &str = "usage:
-  redlimit COMMAND --policy NAME:ALGORITHM:LIMIT/WINDOW[:BURST] --redis URL [--prefix P] ...
-                  (any application's keys: no file; --route is not needed)
+  redlimit COMMAND --policy NAME:ALGORITHM:LIMIT/WINDOW[:BURST][@GROUP] --redis URL [--prefix P] ...
+                  (any application's keys: no file; --route is not needed; @GROUP names the
+                  policy's key group)
   redlimit inspect --config FILE --route PATH --client KEY [--redis URL]
   redlimit reset   --config FILE --route PATH --client KEY [--redis URL]
   redlimit check   --config FILE --route PATH --client KEY [--redis URL]
@@ -289,15 +290,19 @@ async fn hint(args: &Args, limiter: &Limiter, policy: &Policy) -> String {
 }
 
 /// The configuration of one route checked by the policy `spec` names
-/// (`NAME:ALGORITHM:LIMIT/WINDOW[:BURST]`, such as `login:fixed_window:5/15m`); the caller
-/// adds `--redis` and `--prefix`. What an application that is not the demo needs to reach its
-/// clients' keys.
+/// (`NAME:ALGORITHM:LIMIT/WINDOW[:BURST][@GROUP]`, such as `login:fixed_window:5/15m`, or
+/// `api:gcra:20/1s:40@api` for a policy of key group `api`); the caller adds `--redis` and
+/// `--prefix`. What an application that is not the demo needs to reach its clients' keys.
 fn named_policy(spec: &str) -> Result<Config, Failure> {
     let bad = || {
         usage(format!(
-            "--policy: {spec:?} is not NAME:ALGORITHM:LIMIT/WINDOW[:BURST], such as \
+            "--policy: {spec:?} is not NAME:ALGORITHM:LIMIT/WINDOW[:BURST][@GROUP], such as \
              login:fixed_window:5/15m"
         ))
+    };
+    let (spec, group) = match spec.split_once('@') {
+        Some((spec, group)) => (spec, Some(group)),
+        None => (spec, None),
     };
     let mut parts = spec.split(':');
     let (Some(name), Some(algorithm), Some(numbers)) = (parts.next(), parts.next(), parts.next())
@@ -329,6 +334,9 @@ fn named_policy(spec: &str) -> Result<Config, Failure> {
     );
     if let Some(burst) = burst {
         text += &format!("burst = {}\n", number(burst)?);
+    }
+    if let Some(group) = group {
+        text += &format!("key_group = {}\n", quoted(group)?);
     }
     Config::parse(&text).map_err(|e| usage(format!("--policy: {e}")))
 }

@@ -507,6 +507,64 @@ async fn a_policy_named_on_the_command_line_reaches_any_applications_keys() {
     assert!(stderr.contains("NAME:ALGORITHM:LIMIT/WINDOW"), "{stderr}");
 }
 
+/// A policy of a key group, named with its group (`@GROUP`): inspect reads its record in the
+/// client's group key, top finds the client, reset deletes the client's group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_policy_named_on_the_command_line_reads_its_record() {
+    let server = RedisServer::start();
+    let grouped = |name: &str, algorithm, limit| {
+        redlimit_core::Policy::builder(name, algorithm)
+            .limit(limit)
+            .window(std::time::Duration::from_secs(60))
+            .key_group("api")
+            .build()
+            .expect("a policy")
+    };
+    let set = redlimit_core::PolicySet::new([
+        grouped("per-minute", redlimit_core::Algorithm::FixedWindow, 10),
+        grouped("burst", redlimit_core::Algorithm::Gcra, 30),
+    ])
+    .expect("a set");
+    let limiter = redlimit_core::Limiter::with_prefix(server.backend(), "shop").expect("prefix");
+    for _ in 0..3 {
+        assert!(limiter.check(&set, "bob").await.expect("a check").allowed());
+    }
+    let url = server.url();
+    let with = |command: &str, client: Option<&str>| {
+        let mut args = vec![
+            command,
+            "--policy",
+            "per-minute:fixed_window:10/1m@api",
+            "--redis",
+            &url,
+            "--prefix",
+            "shop",
+        ];
+        if let Some(client) = client {
+            args.extend(["--client", client]);
+        }
+        ok(&args)
+    };
+    let seen = with("inspect", Some("bob"));
+    assert!(seen.contains("remaining  7 of 10"), "{seen}");
+    assert!(seen.contains("key        shop:api:{bob}:group"), "{seen}");
+    assert!(with("top", None).contains("bob"));
+    assert!(with("reset", Some("bob")).contains("deleted"));
+    assert!(with("inspect", Some("bob")).contains("remaining  10 of 10"));
+    let bad = cli(&[
+        "inspect",
+        "--policy",
+        "log:sliding_window_log:5/1m@api",
+        "--redis",
+        &url,
+        "--client",
+        "bob",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("key_group"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_service_descriptor_is_inspected_and_reset_by_its_yaml() {
     use redlimit_rls::{
