@@ -310,3 +310,65 @@ async fn groups_on_a_cluster_decide_in_each_clients_slot() {
         "the key's denials spent none of the IP's quota"
     );
 }
+
+/// A reservation of a group's policies is settled through their records: a refund gives back
+/// what it took, a charge takes what the response said, on Redis as in memory.
+#[tokio::test]
+async fn reservations_of_a_group_settle_through_their_records() {
+    let server = RedisServer::start();
+    let set = set_of(&[
+        grouped("per-minute", Algorithm::FixedWindow, 10),
+        grouped("bucket", Algorithm::TokenBucket, 10),
+    ]);
+    for (backend, limiter) in crate::support::both_backends(&server) {
+        let reserve = |at| {
+            let (limiter, set) = (limiter.clone(), set.clone());
+            async move {
+                limiter
+                    .check(&set, "erin")
+                    .cost(4)
+                    .reserve()
+                    .at(at_ms(at))
+                    .await
+                    .expect("reserve")
+            }
+        };
+        let first = reserve(T0).await;
+        assert_eq!(
+            (first[0].remaining, first[1].remaining),
+            (6, 6),
+            "{backend}"
+        );
+        assert!(
+            limiter
+                .settle(&first, 0)
+                .at(at_ms(T0 + 1))
+                .await
+                .expect("refund")
+        );
+        let second = reserve(T0 + 2).await;
+        assert_eq!(
+            (second[0].remaining, second[1].remaining),
+            (6, 6),
+            "{backend}: the refund gave back all 4"
+        );
+        assert!(
+            limiter
+                .settle(&second, 7)
+                .at(at_ms(T0 + 3))
+                .await
+                .expect("charge")
+        );
+        let after = limiter
+            .check(&set, "erin")
+            .cost(0)
+            .at(at_ms(T0 + 4))
+            .await
+            .expect("check");
+        assert_eq!(
+            (after[0].remaining, after[1].remaining),
+            (3, 3),
+            "{backend}: charged 7 in all"
+        );
+    }
+}
