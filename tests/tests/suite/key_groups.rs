@@ -333,40 +333,27 @@ async fn reservations_of_a_group_settle_through_their_records() {
                     .expect("reserve")
             }
         };
+        let remaining = |d: &redlimit::Decisions| (d[0].remaining, d[1].remaining);
+        let settle = |reserved, cost, at| {
+            let limiter = limiter.clone();
+            async move {
+                let settled = limiter.settle(&reserved, cost).at(at_ms(at)).await;
+                settled.expect("settle")
+            }
+        };
         let first = reserve(T0).await;
-        assert_eq!(
-            (first[0].remaining, first[1].remaining),
-            (6, 6),
-            "{backend}"
-        );
-        assert!(
-            limiter
-                .settle(&first, 0)
-                .at(at_ms(T0 + 1))
-                .await
-                .expect("refund")
-        );
+        assert_eq!(remaining(&first), (6, 6), "{backend}");
+        assert!(settle(first, 0, T0 + 1).await, "{backend}: a refund");
         let second = reserve(T0 + 2).await;
         assert_eq!(
-            (second[0].remaining, second[1].remaining),
+            remaining(&second),
             (6, 6),
             "{backend}: the refund gave back all 4"
         );
-        assert!(
-            limiter
-                .settle(&second, 7)
-                .at(at_ms(T0 + 3))
-                .await
-                .expect("charge")
-        );
-        let after = limiter
-            .check(&set, "erin")
-            .cost(0)
-            .at(at_ms(T0 + 4))
-            .await
-            .expect("check");
+        assert!(settle(second, 7, T0 + 3).await, "{backend}: a charge");
+        let after = limiter.check(&set, "erin").cost(0).at(at_ms(T0 + 4)).await;
         assert_eq!(
-            (after[0].remaining, after[1].remaining),
+            remaining(&after.expect("check")),
             (3, 3),
             "{backend}: charged 7 in all"
         );
