@@ -32,18 +32,12 @@ local function gcra_functions(call)
   -- uniform / Zipf keys, measured as the SET NX GET below: 23,014 / 28,857 -> 24,461 / 26,652
   -- (a table entry per client costs where clients do not repeat, and saves a read where they
   -- do).
-  local wrote_tat, wrote_interval = {}, {}
-  if call then
-    -- Over a key group's records, which are read without a command and may be changed by the
-    -- group's arithmetic (groups.lua): nothing kept here.
-    local kept_nothing = { __newindex = function() end }
-    wrote_tat, wrote_interval = setmetatable({}, kept_nothing), setmetatable({}, kept_nothing)
-  end
+  local wrote_tat, wrote_interval = write_caches(call)
   -- A call's start, where these functions outlive the call (library.lua): what the last call
   -- wrote is Redis's now, read from there.
   local function gcra_fresh()
     if next(wrote_tat) then
-      wrote_tat, wrote_interval = {}, {}
+      wrote_tat, wrote_interval = write_caches(call)
     end
   end
 

@@ -190,6 +190,17 @@ local function packer()
   end
 end
 
+-- An algorithm's tables of what this call wrote at each key (see gcra.lua), by key: two new
+-- ones; or, over a key group's records (call given: groups.lua), two that keep nothing, as the
+-- group's arithmetic changes the records without them.
+local KEPT_NOTHING = { __newindex = function() end }
+local function write_caches(call)
+  if call then
+    return setmetatable({}, KEPT_NOTHING), setmetatable({}, KEPT_NOTHING)
+  end
+  return {}, {}
+end
+
 -- An inspection's text of a state of two integers: for a key, 'a:b' of what state_of(key,
 -- value) reads from its value (nil where the key is absent), as versions before stored it;
 -- read by call (redis.call, or a key group's: groups.lua).

@@ -35,12 +35,12 @@ local function token_bucket_functions(call)
   -- uniform / Zipf keys, measured as the SET NX GET below: 24,333 / 30,372 -> 25,672 / 27,958
   -- (a table entry per client costs where clients do not repeat, and saves a read where they
   -- do).
-  local wrote_used, wrote_last = {}, {}
+  local wrote_used, wrote_last = write_caches(call)
   -- A call's start, where these functions outlive the call (library.lua): what the last call
   -- wrote is Redis's now, read from there.
   local function token_bucket_fresh()
     if next(wrote_used) then
-      wrote_used, wrote_last = {}, {}
+      wrote_used, wrote_last = write_caches(call)
     end
   end
 

@@ -359,3 +359,56 @@ async fn reservations_of_a_group_settle_through_their_records() {
         );
     }
 }
+
+/// Checks of a set with a concurrency limit (decided through the records' virtual Redis) and
+/// of the same policies without it (on the records' numbers), of one hot client in the same
+/// calls, from 2 limiters: each way reads what the other wrote, so exactly the bucket's burst
+/// is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checks_through_both_ways_of_a_hot_client_share_its_records_within_a_call() {
+    let server = RedisServer::start();
+    let bucket = Policy::builder("bucket", Algorithm::TokenBucket)
+        .limit(1)
+        .window(Duration::from_secs(3_600))
+        .burst(50)
+        .key_group("api")
+        .build()
+        .expect("a valid policy");
+    let plain = set_of(&[
+        grouped("per-minute", Algorithm::FixedWindow, 10_000),
+        bucket,
+    ]);
+    let in_flight = redlimit::ConcurrencyPolicy::builder("in-flight")
+        .limit(1_000)
+        .build()
+        .expect("a valid concurrency policy");
+    let leased = plain
+        .clone()
+        .with_concurrency(in_flight)
+        .expect("a valid set");
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let limiter = server.limiter();
+        for task in 0..128 {
+            let (limiter, plain, leased) = (limiter.clone(), plain.clone(), leased.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0_u64;
+                for step in 0..3 {
+                    let set = if (task + step) % 2 == 0 {
+                        &leased
+                    } else {
+                        &plain
+                    };
+                    let decisions = limiter.check(set, "hot").at(at_ms(T0)).await;
+                    admitted += u64::from(decisions.expect("check").allowed());
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.expect("task");
+    }
+    assert_eq!(admitted, 50, "768 checks of one client, a burst of 50");
+}
