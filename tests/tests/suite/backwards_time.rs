@@ -55,8 +55,38 @@ fn a_check_back_in_time_never_passes_what_the_latest_time_would_refuse() {
     let server = RedisServer::start();
     let runtime = runtime();
     let case = std::cell::Cell::new(0_u64);
-    for algorithm in Algorithm::ALL {
-        let p = policy(algorithm, 5, 60_000, algorithm.has_burst().then_some(5));
+    // Every algorithm with a key of its own, then those a key group takes, in one.
+    let groupable = [
+        Algorithm::FixedWindow,
+        Algorithm::FixedWindowAnchored,
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+    ];
+    let cases = Algorithm::ALL
+        .into_iter()
+        .map(|algorithm| (algorithm, None))
+        .chain(
+            groupable
+                .into_iter()
+                .map(|algorithm| (algorithm, Some("g"))),
+        );
+    for (algorithm, group) in cases {
+        let p = match group {
+            None => policy(algorithm, 5, 60_000, algorithm.has_burst().then_some(5)),
+            Some(group) => {
+                let builder = Policy::builder(algorithm.name(), algorithm)
+                    .limit(5)
+                    .window(std::time::Duration::from_secs(60))
+                    .key_group(group);
+                let builder = if algorithm.has_burst() {
+                    builder.burst(5)
+                } else {
+                    builder
+                };
+                builder.build().expect("a valid grouped policy")
+            }
+        };
+        let what = format!("{algorithm} (key group {group:?})");
         let mut runner = TestRunner::new(Config {
             cases: 100,
             failure_persistence: None,
@@ -101,7 +131,7 @@ fn a_check_back_in_time_never_passes_what_the_latest_time_would_refuse() {
                             in_memory.retry_after
                         ),
                         "{}: step {} of {:?}",
-                        algorithm,
+                        what,
                         i,
                         steps
                     );
@@ -111,7 +141,7 @@ fn a_check_back_in_time_never_passes_what_the_latest_time_would_refuse() {
                             prop_assert!(
                                 redis_peek.remaining >= step.cost,
                                 "{}: step {} passed at {} ms what {} ms would refuse: {:?}",
-                                algorithm,
+                                what,
                                 i,
                                 step.at_ms,
                                 latest.unwrap_or_default(),

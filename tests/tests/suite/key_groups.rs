@@ -412,3 +412,29 @@ async fn checks_through_both_ways_of_a_hot_client_share_its_records_within_a_cal
     }
     assert_eq!(admitted, 50, "768 checks of one client, a burst of 50");
 }
+
+/// A request id covers a group's check: its retries consume nothing more and get its answer.
+#[tokio::test]
+async fn retries_of_a_grouped_check_count_once() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let set = set_of(&[
+        grouped("per-minute", Algorithm::FixedWindow, 10),
+        grouped("per-second", Algorithm::Gcra, 10),
+    ]);
+    for _ in 0..3 {
+        let decisions = limiter
+            .check(&set, "frank")
+            .once("order-7", Duration::from_secs(600))
+            .at(at_ms(T0))
+            .await
+            .expect("check");
+        assert_eq!((decisions[0].remaining, decisions[1].remaining), (9, 9));
+    }
+    let next = limiter.check(&set, "frank").at(at_ms(T0)).await;
+    assert_eq!(
+        next.expect("check")[0].remaining,
+        8,
+        "the retries took nothing"
+    );
+}
