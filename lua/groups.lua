@@ -87,6 +87,14 @@ local function group_of(key, read)
     group = { struct.unpack(RECORDS[n], v, HEAD_BYTES + 1) }
     group[4 * n + 1] = nil
     group.n, group.written, group.stored, group.expiry = n, false, size, struct.unpack('<d', v)
+    -- Every number an integer from -1 (no deadline) below 2^53: bytes of another kind of value
+    -- are an error, not records of other policies to keep (NaN fails x == x).
+    for i = 0, 4 * n do
+      local x = i == 0 and group.expiry or group[i]
+      if x ~= x or x % 1 ~= 0 or x < -1 or x >= 2 ^ 53 then
+        corrupt(key, 'is not a key group')
+      end
+    end
     -- Records whose deadline has passed are dropped, the last moved into their place.
     local now, i = group_now(), 1
     while i <= group.n do
