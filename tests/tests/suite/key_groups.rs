@@ -198,7 +198,11 @@ async fn a_corrupt_group_key_is_an_error_for_its_client_only() {
     let key = limiter.keys().key(&set[0], "victim");
     let mut connection = server.connection();
     // Not a key group's length; then its length, of bytes that are no numbers (NaN).
-    for value in [&b"garbage"[..], &[0; 8 + 32 + 1][..], &[0xff; 8 + 2 * 32][..]] {
+    for value in [
+        &b"garbage"[..],
+        &[0; 8 + 32 + 1][..],
+        &[0xff; 8 + 2 * 32][..],
+    ] {
         let _: () = redis::cmd("SET")
             .arg(&key)
             .arg(value)
