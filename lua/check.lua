@@ -330,5 +330,6 @@ if not ok then
     out[i] = nil
   end
 end
+flush_writes()
 flush_groups()
 return packed(out)

@@ -33,3 +33,13 @@ local function algorithm(name, grouped)
   end
   return made[name]
 end
+
+-- Writes what the algorithms of keys of their own kept to the call's end (pair_writes in the
+-- prelude): the last state of each hot client.
+local function flush_writes()
+  for _, fns in pairs(made) do
+    if fns.flush then
+      fns.flush()
+    end
+  end
+end

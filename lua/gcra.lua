@@ -33,17 +33,19 @@ local function gcra_functions(call)
   -- (a table entry per client costs where clients do not repeat, and saves a read where they
   -- do).
   local wrote_tat, wrote_interval = write_caches(call)
+  local write, flush, forget = pair_writes(call, ttls)
   -- A call's start, where these functions outlive the call (library.lua): what the last call
   -- wrote is Redis's now, read from there.
   local function gcra_fresh()
     if next(wrote_tat) then
       wrote_tat, wrote_interval = write_caches(call)
+      forget()
     end
   end
 
   -- Sets key to the TAT tat reached by interval, owing reset ms.
   local function gcra_write(key, tat, interval, reset)
-    redis_call('SET', key, struct.pack(PAIR, tat, interval), 'PX', ttls[reset])
+    write(key, tat, interval, reset, wrote_tat[key])
     wrote_tat[key], wrote_interval[key] = tat, interval
   end
 
@@ -87,7 +89,7 @@ local function gcra_functions(call)
   -- no key would. Returns the quota then.
   local function gcra_put(key, limit, window, burst, now_us, tat, interval)
     if tat == now_us then
-      redis_call('DEL', key)
+      write(key, nil, nil, false, wrote_tat[key])
       wrote_tat[key] = false
       return burst, 0
     end
@@ -173,5 +175,8 @@ local function gcra_functions(call)
   return {
     decide = gcra, take = gcra_take, settle = gcra_settle, alone = gcra_alone, untake = gcra_untake,
     fresh = gcra_fresh, text = pair_text(gcra_state, redis_call),
+    flush = function()
+      flush(wrote_tat, wrote_interval)
+    end,
   }
 end

@@ -201,6 +201,43 @@ local function write_caches(call)
   return {}, {}
 end
 
+-- The writes of a state of two numbers (PAIR) at keys: a key this call has not written yet
+-- (written nil) is written at once, SET ... PX reset ms (DEL where reset is false); one it has
+-- (a hot client checked again in the call) is written once, at the call's end (flush, given
+-- the call's copies of what each key holds), with what it holds then, instead of once a
+-- check. Over a key group's records (call given) every write goes at once. Redis instructions
+-- per decision, Zipf keys (`redlimit-bench --mode instructions --decisions 40000 --only
+-- gcra,token_bucket`): GCRA 24,160 / 24,137 -> 22,171 / 22,151, token bucket 25,809 -> 23,731;
+-- uniform keys, which seldom repeat in a call, within the runs' spread.
+local function pair_writes(call, ttls)
+  local write_now, pending = call or redis_call, {}
+  local function write(key, a, b, reset, written)
+    if written ~= nil and not call then
+      pending[key] = reset
+    elseif reset then
+      write_now('SET', key, struct.pack(PAIR, a, b), 'PX', ttls[reset])
+    else
+      write_now('DEL', key)
+    end
+  end
+  local function forget()
+    pending = {}
+  end
+  local function flush(wrote_a, wrote_b)
+    if next(pending) then
+      for key, reset in pairs(pending) do
+        if reset then
+          redis_call('SET', key, struct.pack(PAIR, wrote_a[key], wrote_b[key]), 'PX', ttls[reset])
+        else
+          redis_call('DEL', key)
+        end
+      end
+      pending = {}
+    end
+  end
+  return write, flush, forget
+end
+
 -- An inspection's text of a state of two integers: for a key, 'a:b' of what state_of(key,
 -- value) reads from its value (nil where the key is absent), as versions before stored it;
 -- read by call (redis.call, or a key group's: groups.lua).

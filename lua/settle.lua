@@ -69,5 +69,6 @@ while a <= last do
     end
   end
 end
+flush_writes()
 flush_groups()
 return out

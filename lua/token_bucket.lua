@@ -38,9 +38,11 @@ local function token_bucket_functions(call)
   local wrote_used, wrote_last = write_caches(call)
   -- A call's start, where these functions outlive the call (library.lua): what the last call
   -- wrote is Redis's now, read from there.
+  local write, flush, forget = nil, nil, nil
   local function token_bucket_fresh()
     if next(wrote_used) then
       wrote_used, wrote_last = write_caches(call)
+      forget()
     end
   end
 
@@ -75,17 +77,18 @@ local function token_bucket_functions(call)
   end
 
   local ttls = texts()
+  write, flush, forget = pair_writes(call, ttls)
   -- The state a first admission writes, its tokens and time, packed.
   local first_packed = packer()
 
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
     if reset > 0 then
-      redis_call('SET', key, struct.pack(PAIR, used, last), 'PX', ttls[reset])
+      write(key, used, last, reset, wrote_used[key])
       wrote_used[key], wrote_last[key] = used, last
     else
       -- Nothing taken: a full bucket, as an absent key is.
-      redis_call('DEL', key)
+      write(key, nil, nil, false, wrote_used[key])
       wrote_used[key] = false
     end
     return div(max(burst * window - used, 0), window), reset
@@ -159,5 +162,8 @@ local function token_bucket_functions(call)
   return {
     decide = token_bucket, take = token_bucket_take, settle = token_bucket_settle, alone = token_bucket_alone,
     untake = token_bucket_untake, fresh = token_bucket_fresh, text = pair_text(bucket_state, redis_call),
+    flush = function()
+      flush(wrote_used, wrote_last)
+    end,
   }
 end

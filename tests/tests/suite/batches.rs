@@ -227,6 +227,45 @@ async fn corrupt_state_fails_only_its_own_check_in_a_batch() {
     }
 }
 
+/// A hot client's later writes in a call are kept to its end, and a batch that stops at a
+/// corrupt client still writes them: the hot client's checks before the stop are counted once
+/// each, for GCRA and the token bucket alike.
+#[tokio::test]
+async fn a_hot_clients_writes_stand_when_its_batch_stops_at_corrupt_state() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+        let set = Arc::new(set_of(&[policy(algorithm, 10, 3_600_000, Some(10))]));
+        spoil(&server, &limiter, &set, 9..10);
+        // c0 (sent at once), then hot, hot, hot, c9 (corrupt), hot, hot: all but c0 go in one
+        // batch, which stops at c9; the two after it are sent again alone.
+        let clients: [&'static str; 7] = ["c0", "hot", "hot", "hot", "c9", "hot", "hot"];
+        let tasks: Vec<_> = clients
+            .into_iter()
+            .map(|client| {
+                let (limiter, set) = (limiter.clone(), Arc::clone(&set));
+                tokio::spawn(async move { limiter.check(&set, client).at(at_ms(T0)).await })
+            })
+            .collect();
+        let mut hot = 0;
+        for (client, task) in clients.iter().zip(tasks) {
+            let outcome = task.await.expect("a task");
+            match *client {
+                "c9" => assert!(outcome.expect_err("corrupt").is_corrupt_state()),
+                "hot" => hot += u64::from(outcome.expect("a check").allowed()),
+                _ => assert!(outcome.expect("a check").allowed()),
+            }
+        }
+        assert_eq!(hot, 5, "{algorithm}");
+        let after = limiter.check(&set, "hot").cost(0).at(at_ms(T0)).await;
+        assert_eq!(
+            after.expect("a check")[0].remaining,
+            5,
+            "{algorithm}: each of the five counted once"
+        );
+    }
+}
+
 #[tokio::test]
 async fn repairing_a_batch_deletes_only_the_corrupt_clients_state() {
     let server = RedisServer::start();
