@@ -427,7 +427,9 @@ end
 -- later members' decisions, the recursion's. Returns whether members i on admitted, or nil
 -- where the key holds other records, this call has read it through the virtual Redis or its
 -- members are apart in the set: decide_group decides the check another way, and nothing stays
--- written or taken.
+-- written or taken. Redis instructions per fixed window and GCRA decision of one group
+-- (`redlimit-bench --mode instructions --decisions 40000 --only fixed_window+gcra_one_key`):
+-- 79,264-96,775 through the virtual Redis, 43,679 here.
 local function decide_runs(set, out, base, k, i, now_us, cost, keys, may_take)
   local n = #set
   local key, p = keys[k + i - 1], set[i]

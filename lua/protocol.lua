@@ -5,12 +5,13 @@
 -- number of policies, then each policy: algorithm, limit, window (ms), burst, its flags
 -- (OVERRIDES, BAN, DELAY, ONE_KEY), then the ban's after, within, for and max (ms) when BAN, the
 -- longest delay (ms) when DELAY, its record's id in its key group's key when ONE_KEY (the key
--- given for it is then the group's: see groups.lua). Then each request, to the end: its cost, its head (its flags ONCE,
--- RESERVE, TAKEN_AT, REPEAT, LEASE, GIVEN, GRANT, REFUND, plus SET_STEP times its set's number), the
--- request id's window (ms) when ONCE, the reservation's time (us) when TAKEN_AT, its concurrency
--- limit's limit, lease TTL (ms) and lease id when LEASE, the most it takes beyond its cost where
--- every policy has room when GRANT, and when REPEAT how many requests it stands for: a run of
--- requests of one cost and set, without other flags, whose keys follow one another.
+-- given for it is then the group's: see groups.lua). Then each request, to the end: its cost,
+-- its head (its flags ONCE, RESERVE, TAKEN_AT, REPEAT, LEASE, GIVEN, GRANT, REFUND, plus
+-- SET_STEP times its set's number), the request id's window (ms) when ONCE, the reservation's
+-- time (us) when TAKEN_AT, its concurrency limit's limit, lease TTL (ms) and lease id when
+-- LEASE, the most it takes beyond its cost where every policy has room when GRANT, and when
+-- REPEAT how many requests it stands for: a run of requests of one cost and set, without other
+-- flags, whose keys follow one another.
 -- KEYS: each request's request id key when ONCE, its token's key when GIVEN (a settle made at
 -- most once: the key is set by the first), then its set's policies' in order, each its
 -- key, its override key when OVERRIDES, and its strikes and ban keys when BAN, then its lease
