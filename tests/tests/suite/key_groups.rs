@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use deadpool_redis::redis;
-use redlimit::{Algorithm, Ban, ConfigError, Grants, Policy, PolicyBuilder};
+use redlimit::{Algorithm, Ban, ConfigError, Grants, Policy, PolicyBuilder, PolicySet};
 use redlimit_tests::RedisServer;
 
 use crate::support::{T0, at_ms, set_of};
@@ -128,26 +128,7 @@ async fn a_hot_client_of_a_group_is_admitted_exactly_its_limit() {
         grouped("per-minute", Algorithm::FixedWindow, 100),
         grouped("bucket", Algorithm::TokenBucket, 1_000),
     ]);
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let limiter = server.limiter();
-        for _ in 0..64 {
-            let (limiter, set) = (limiter.clone(), set.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0_u64;
-                for _ in 0..3 {
-                    // One explicit instant: nothing refills and no window ends mid-test.
-                    let decisions = limiter.check(&set, "hot").at(at_ms(T0 + 5)).await;
-                    admitted += u64::from(decisions.expect("check").allowed());
-                }
-                admitted
-            }));
-        }
-    }
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += task.await.expect("task");
-    }
+    let admitted = hot_admitted(&server, 4, 64, [&set, &set], T0 + 5).await;
     assert_eq!(admitted, 100, "768 checks of one client, limit 100");
     let after = server
         .limiter()
@@ -365,6 +346,42 @@ async fn reservations_of_a_group_settle_through_their_records() {
     }
 }
 
+/// What `limiters` limiters (separate pools, as separate app servers) of `tasks` tasks each, of
+/// three checks of client "hot" at `at` apiece, admit in all: task t's check s is of
+/// `sets[(t + s) % 2]`. Started at once, so that the checks batch into calls that read and
+/// write the client's key again and again.
+async fn hot_admitted(
+    server: &RedisServer,
+    limiters: usize,
+    tasks: usize,
+    sets: [&PolicySet; 2],
+    at: u64,
+) -> u64 {
+    let mut running = Vec::new();
+    for _ in 0..limiters {
+        let limiter = server.limiter();
+        for task in 0..tasks {
+            let (limiter, sets) = (limiter.clone(), sets.map(PolicySet::clone));
+            running.push(tokio::spawn(async move {
+                let mut admitted = 0_u64;
+                for step in 0..3 {
+                    let decisions = limiter
+                        .check(&sets[(task + step) % 2], "hot")
+                        .at(at_ms(at))
+                        .await;
+                    admitted += u64::from(decisions.expect("check").allowed());
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for task in running {
+        admitted += task.await.expect("task");
+    }
+    admitted
+}
+
 /// Checks of a set with a concurrency limit (decided through the records' virtual Redis) and
 /// of the same policies without it (on the records' numbers), of one hot client in the same
 /// calls, from 2 limiters: each way reads what the other wrote, so exactly the bucket's burst
@@ -391,30 +408,7 @@ async fn checks_through_both_ways_of_a_hot_client_share_its_records_within_a_cal
         .clone()
         .with_concurrency(in_flight)
         .expect("a valid set");
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        let limiter = server.limiter();
-        for task in 0..128 {
-            let (limiter, plain, leased) = (limiter.clone(), plain.clone(), leased.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0_u64;
-                for step in 0..3 {
-                    let set = if (task + step) % 2 == 0 {
-                        &leased
-                    } else {
-                        &plain
-                    };
-                    let decisions = limiter.check(set, "hot").at(at_ms(T0)).await;
-                    admitted += u64::from(decisions.expect("check").allowed());
-                }
-                admitted
-            }));
-        }
-    }
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += task.await.expect("task");
-    }
+    let admitted = hot_admitted(&server, 2, 128, [&leased, &plain], T0).await;
     assert_eq!(admitted, 50, "768 checks of one client, a burst of 50");
 }
 
