@@ -22,28 +22,24 @@ local RECORD_BYTES = 32
 -- The key's expiry before its records.
 local HEAD_BYTES = 8
 
--- This call's groups by key (see group_of); numbers of texts handed to commands, read once.
-local groups, redis_now_ms, numbers = {}, nil, {}
+-- This call's groups by key (see group_of), and Redis's time.
+local groups, redis_now_ms = {}, nil
 
 -- Forgets what this call read of its groups: a library's functions outlive the call.
 local function forget_groups()
-  groups, redis_now_ms, numbers = {}, nil, {}
-end
-
-local function number_of(text)
-  local n = numbers[text]
-  if not n then
-    n = text + 0
-    numbers[text] = n
-  end
-  return n
+  groups, redis_now_ms = {}, nil
 end
 
 -- Redis's time (ms), read once per call: records expire by it, as keys do.
 local function group_now()
   if not redis_now_ms then
-    local time = redis_call('TIME')
-    redis_now_ms = time[1] * 1000 + (time[2] - time[2] % 1000) / 1000
+    if server_time then
+      -- The call's own time is Redis's (clock, in the prelude).
+      redis_now_ms = (server_now_us - server_now_us % 1000) / 1000
+    else
+      local time = redis_call('TIME')
+      redis_now_ms = time[1] * 1000 + (time[2] - time[2] % 1000) / 1000
+    end
   end
   return redis_now_ms
 end
@@ -218,7 +214,7 @@ local virtual_commands = {
       get, a, b = true, b, c
     end
     if a == 'PX' then
-      deadline = group_now() + number_of(b)
+      deadline = group_now() + number(b)
     elseif a == 'KEEPTTL' then
       deadline = i and group[i + 2] or -1
     end
@@ -245,7 +241,7 @@ local virtual_commands = {
       return NOT_INTEGER
     end
     local i = slot_of(group, name[2])
-    local a, b, deadline = 0, number_of(by), -1
+    local a, b, deadline = 0, number(by), -1
     if i then
       a, b, deadline = group[i + 3], group[i + 4] + b, group[i + 2]
     end
@@ -260,7 +256,7 @@ local virtual_commands = {
     if not i then
       return 0
     end
-    put(group, name[2], group[i + 3], group[i + 4], group_now() + number_of(ms))
+    put(group, name[2], group[i + 3], group[i + 4], group_now() + number(ms))
     return 1
   end,
   PTTL = function(name)
@@ -283,7 +279,7 @@ local virtual_commands = {
   end,
 }
 virtual_commands.DECRBY = function(name, by)
-  return virtual_commands.INCRBY(name, -number_of(by))
+  return virtual_commands.INCRBY(name, -number(by))
 end
 for _, command in ipairs({ 'HINCRBY', 'HSET', 'HGETALL', 'SETRANGE', 'ZADD', 'ZCARD' }) do
   virtual_commands[command] = function()

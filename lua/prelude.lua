@@ -287,14 +287,16 @@ end
 -- Whether the call's time is Redis TIME, not a client's `at`: state written at it lives no
 -- longer than its TTL on that same clock (the anchored window's short form relies on that).
 -- Set by clock, and false again at a call's start where the functions outlive it (library.lua).
-local server_time = false
+local server_time, server_now_us = false, nil
 
--- The time of a call: `at` in microseconds, or Redis TIME when it is ''.
+-- The time of a call: `at` in microseconds, or Redis TIME when it is '' (then kept in
+-- server_now_us, which a key group's deadlines read instead of asking Redis again).
 local function clock(at)
   if at == '' then
     server_time = true
     local time = redis_call('TIME')
-    return time[1] * 1000000 + time[2]
+    server_now_us = time[1] * 1000000 + time[2]
+    return server_now_us
   end
   return tonumber(at)
 end
