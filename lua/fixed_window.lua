@@ -14,9 +14,9 @@ local function fixed_window_functions(call, pcall_call)
   -- Over Redis, or over a key group's records (groups.lua) when given its calls.
   local redis_call, redis_pcall = call or redis_call, pcall_call or redis_pcall
   local PACK = 1000000
-  -- A packed count stays below COUNTS, so a count and a cost (at most the limit, below COUNTS)
-  -- never carry into the head's digits.
-  local COUNTS = PACK / 2
+  -- A packed count stays below COUNTS (WINDOW_COUNTS, from protocol.rs: PACK / 2), so a count
+  -- and a cost (at most the limit, below COUNTS) never carry into the head's digits.
+  local COUNTS = WINDOW_COUNTS
   -- fw's window numbers below this keep head * PACK + n below 2^53, where the sum INCRBY
   -- replies is exact in a double: windows of 200 ms or more until the year 2255.
   local EXACT_HEADS = 2 ^ 53 / PACK - 1

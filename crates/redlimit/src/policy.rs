@@ -2,6 +2,7 @@ use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
 use crate::{
     Ban, Grants, Override,
+    backend::redis::protocol::MAX_GROUPED_WINDOW_LIMIT,
     config_error::{ConfigError, validate_name},
 };
 
@@ -16,9 +17,6 @@ const MAX_DELAY_MS: u64 = 3_600_000;
 /// many as its cost (at most the limit) in one script run: 10,000 keeps that run to a few tens
 /// of milliseconds and the key near 1.3 MB (a cost of 1,000,000 blocked Redis for 3–4 s).
 pub(crate) const MAX_LOG_LIMIT: u64 = 10_000;
-/// A grouped fixed window's limit stays below this: a window counting past it is kept as a hash
-/// (see `lua/fixed_window.lua`), which a key group's record cannot hold.
-const MAX_GROUPED_WINDOW_LIMIT: u64 = 500_000;
 
 /// How a [`Policy`] counts. Each is exact integer arithmetic, the same on Redis and in memory.
 ///

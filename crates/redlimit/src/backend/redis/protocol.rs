@@ -68,7 +68,13 @@ constants! {
     /// A policy's flag: it keeps its state in its key group's key, a record among its group's
     /// (its record's id follows its other arguments).
     ONE_KEY = 8;
+    /// A fixed window's count from which its state is a hash instead of one packed string,
+    /// which a key group's record cannot hold (half the packing's 10^6).
+    WINDOW_COUNTS = 500000;
 }
+
+/// The limit a grouped fixed window stays below (see `WINDOW_COUNTS`).
+pub(crate) const MAX_GROUPED_WINDOW_LIMIT: u64 = WINDOW_COUNTS;
 
 /// How many integers a lease's answer is: granted, free slots, wait.
 const LEASE_REPLY: usize = 3;
