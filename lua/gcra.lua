@@ -45,7 +45,7 @@ local function gcra_functions(call)
 
   -- Sets key to the TAT tat reached by interval, owing reset ms.
   local function gcra_write(key, tat, interval, reset)
-    write(key, tat, interval, reset, wrote_tat[key])
+    write(key, tat, interval, reset)
     wrote_tat[key], wrote_interval[key] = tat, interval
   end
 
@@ -89,7 +89,7 @@ local function gcra_functions(call)
   -- no key would. Returns the quota then.
   local function gcra_put(key, limit, window, burst, now_us, tat, interval)
     if tat == now_us then
-      write(key, nil, nil, false, wrote_tat[key])
+      write(key, nil, nil, false)
       wrote_tat[key] = false
       return burst, 0
     end

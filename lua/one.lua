@@ -24,6 +24,7 @@ if once then
 end
 local now_us = clock(ARGV[1])
 local allowed, remaining, reset, retry = alone(key, limit, window, burst, now_us, cost, nil, slack)
+flush_writes()
 local reply = { allowed, remaining, reset, retry }
 if reserve then
   reply[5] = 0

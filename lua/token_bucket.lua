@@ -84,11 +84,11 @@ local function token_bucket_functions(call)
   local function token_bucket_take(key, rate, window, burst, now_us, cost, used, last, lag)
     local reset = lag + ceil_div(used, rate)
     if reset > 0 then
-      write(key, used, last, reset, wrote_used[key])
+      write(key, used, last, reset)
       wrote_used[key], wrote_last[key] = used, last
     else
       -- Nothing taken: a full bucket, as an absent key is.
-      write(key, nil, nil, false, wrote_used[key])
+      write(key, nil, nil, false)
       wrote_used[key] = false
     end
     return div(max(burst * window - used, 0), window), reset

@@ -227,9 +227,9 @@ async fn corrupt_state_fails_only_its_own_check_in_a_batch() {
     }
 }
 
-/// A hot client's later writes in a call are kept to its end, and a batch that stops at a
-/// corrupt client still writes them: the hot client's checks before the stop are counted once
-/// each, for GCRA and the token bucket alike.
+/// GCRA's and the token bucket's writes are kept to the call's end (a hot client's written
+/// once), and a batch that stops at a corrupt client still writes them: the hot client's checks
+/// before the stop are counted once each, for both algorithms.
 #[tokio::test]
 async fn a_hot_clients_writes_stand_when_its_batch_stops_at_corrupt_state() {
     let server = RedisServer::start();

@@ -7,8 +7,9 @@ use super::protocol::lua_constants;
 use crate::Algorithm;
 
 /// The script for one policy of an algorithm: the prelude, the algorithm's file
-/// `lua/$name.lua`, the Lua making its `alone` (`$make`; by default the `alone` of the table
-/// `$name_functions()` returns), and the entry for one policy calling it.
+/// `lua/$name.lua`, the Lua making its functions (`$make`; by default the table
+/// `$name_functions()` returns), and the entry for one policy calling its `alone`, then its
+/// `flush` where it keeps writes to the call's end.
 macro_rules! one {
     ($name:literal, make = $make:expr) => {
         concat!(
@@ -16,30 +17,24 @@ macro_rules! one {
             lua_constants!(),
             include_str!("../../../lua/prelude.lua"),
             include_str!(concat!("../../../lua/", $name, ".lua")),
+            "local fns = ",
             $make,
-            "\n",
+            "\nlocal alone, flush_writes = fns.alone, fns.flush or function() end\n",
             include_str!("../../../lua/one.lua"),
         )
     };
     ($name:literal) => {
-        one!(
-            $name,
-            make = concat!("local alone = ", $name, "_functions().alone")
-        )
+        one!($name, make = concat!($name, "_functions()"))
     };
 }
 
 /// The Lua source of the script checking one policy of `algorithm`.
 const fn one_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
-        Algorithm::FixedWindow => one!(
-            "fixed_window",
-            make = "local alone = fixed_window_functions().alone"
-        ),
-        Algorithm::FixedWindowAnchored => one!(
-            "fixed_window",
-            make = "local _, anchored = fixed_window_functions()\nlocal alone = anchored.alone"
-        ),
+        Algorithm::FixedWindow => one!("fixed_window", make = "fixed_window_functions()"),
+        Algorithm::FixedWindowAnchored => {
+            one!("fixed_window", make = "select(2, fixed_window_functions())")
+        }
         Algorithm::SlidingWindowLog => one!("sliding_window_log"),
         Algorithm::SlidingWindowCounter => one!("sliding_window_counter"),
         Algorithm::TokenBucket => one!("token_bucket"),
