@@ -156,6 +156,28 @@ async fn a_waiting_check_calls_the_service_that_was_ready_and_leaves_a_clone() {
     );
 }
 
+/// The decisions join what the request's extensions already hold (a request without any gets
+/// extensions made with room for them): nothing of the caller's is lost.
+#[tokio::test]
+async fn the_decisions_join_the_requests_own_extensions() {
+    #[derive(Clone, Debug, PartialEq)]
+    struct Caller(&'static str);
+    let (mut service, mut handle) = limited(in_memory(5));
+    handle.allow(2);
+    let mut own = Request::new(());
+    own.extensions_mut().insert(Caller("kept"));
+    for (request, caller) in [(own, Some(Caller("kept"))), (Request::new(()), None)] {
+        assert!(poll_ready(&mut service).is_ready());
+        let pending = service.call(request);
+        let seen = answer(&mut handle, "ok").await;
+        pending.await.expect("served");
+        assert_eq!(seen.extensions().get::<Caller>(), caller.as_ref());
+        let decisions = seen.extensions().get::<redlimit::Decisions>();
+        assert!(decisions.expect("the decisions").allowed());
+        assert_eq!(seen.extensions().len(), 1 + usize::from(caller.is_some()));
+    }
+}
+
 #[tokio::test]
 async fn the_layers_headers_do_not_replace_the_services_own() {
     let layer = in_memory(5);
