@@ -111,7 +111,11 @@ impl RedisBackend {
     ///
     /// Not an `async fn`: one would keep the member three times over in its state (the
     /// argument, the queue's refusal, the bound name), a future of 1,048 bytes where this one
-    /// keeps it once.
+    /// keeps it once. The call a member sends itself is boxed: every check's future would
+    /// otherwise hold its 650 bytes, where a queued one never sends it (a check's future on
+    /// Redis, 1,320 -> 672 bytes, within the allocator's per-thread cache of small blocks).
+    /// Instructions per request of the layer on Redis, callgrind over the HTTP mode's server
+    /// thread: 78 fewer.
     pub(crate) fn decide(
         &self,
         member: Member,
@@ -141,10 +145,11 @@ impl RedisBackend {
                         "the batch of this check was dropped",
                     ))
                 }),
-                Err(member) => self
-                    .call_script(&member.call, self.inner.scripts.of(member.lean))
-                    .await
-                    .map(Replied::Own),
+                Err(member) => {
+                    Box::pin(self.call_script(&member.call, self.inner.scripts.of(member.lean)))
+                        .await
+                        .map(Replied::Own)
+                }
             }
         }
     }
