@@ -282,8 +282,9 @@ pub(crate) fn encode(scheme: &KeyScheme, now_us: Option<u64>, requests: &[Reques
             flags |= TAKEN_AT;
             extra.push(Arg::Int(at_us));
         }
-        // Room for every policy's five numbers and a delay's: grown only for a ban's two.
-        let mut set = SetArgs::with_capacity(1 + 6 * request.policies.len());
+        // Room for every policy's five numbers, inline for one policy: grown only for a
+        // delay's, a key group's record or a ban's two.
+        let mut set = SetArgs::with_capacity(1 + 5 * request.policies.len());
         set.push(Arg::Int(request.policies.len() as u64));
         for (i, policy) in request.policies.iter().enumerate() {
             let client = request.client_of(i);
@@ -646,8 +647,8 @@ pub(crate) struct InForce {
 /// A request's reply, read.
 #[derive(Debug)]
 pub(crate) struct Reply {
-    /// One per policy.
-    pub(crate) answers: Vec<Answer>,
+    /// One per policy: inline for two, without an allocation a reply.
+    pub(crate) answers: SmallVec<[Answer; 2]>,
     /// The numbers in force for each policy that takes overrides, in order.
     pub(crate) in_force: Vec<InForce>,
     /// A reservation's time; `None` for a retry, which took nothing.
@@ -953,6 +954,31 @@ mod tests {
                 "1", "256", // set 1 again
             ]
         );
+    }
+
+    #[test]
+    fn a_check_of_one_policy_is_encoded_and_its_reply_read_inline() {
+        let scheme = KeyScheme::new("t").expect("a prefix");
+        let one = [policy("a", Algorithm::FixedWindow, 5)];
+        let call = encode(&scheme, None, &[Request::new(&one, "c")]);
+        let Args::Requests { sets, requests, .. } = &call.args else {
+            panic!("a check's arguments")
+        };
+        assert!(!call.keys.spilled() && !sets.spilled() && !requests.spilled());
+        assert!(
+            sets.iter().all(|set| !set.spilled()),
+            "its set's six arguments"
+        );
+        let two = [
+            policy("a", Algorithm::FixedWindow, 5),
+            policy("b", Algorithm::Gcra, 7),
+        ];
+        let reply = decode(
+            &[1, 4, 60_000, -1, 1, 6, 8_572, -1],
+            &Request::new(&two, "c"),
+        )
+        .expect("a reply of two policies");
+        assert!(!reply.answers.spilled(), "two policies' answers");
     }
 
     #[test]
