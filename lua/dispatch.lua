@@ -35,7 +35,7 @@ local function algorithm(name, grouped)
 end
 
 -- Writes what the algorithms of keys of their own kept to the call's end (pair_writes in the
--- prelude): the last state of each hot client.
+-- prelude): the last state of each key the call wrote.
 local function flush_writes()
   for _, fns in pairs(made) do
     if fns.flush then
