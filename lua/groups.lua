@@ -435,6 +435,8 @@ local function decide_runs(set, out, base, k, i, now_us, cost, keys, may_take)
     local allowed, remaining, reset, retry
     if may_take then
       allowed, remaining, reset, retry = p.alone(key, p.limit, p.window, p.burst, now_us, cost, nil, p.slack)
+      -- Marked at once, for a failure at a later policy to give back (give_back_taken).
+      out[base + 4 * i - 3] = allowed
     else
       allowed, remaining, reset, retry = p.decide(key, p.limit, p.window, p.burst, now_us, cost, p.slack)
     end
@@ -445,6 +447,7 @@ local function decide_runs(set, out, base, k, i, now_us, cost, keys, may_take)
       remaining, reset = p.untake(key, p.limit, p.window, p.burst, now_us, cost)
     end
     if rest == nil then
+      out[base + 4 * i - 3] = nil
       return nil
     end
     local r = base + 4 * i

@@ -178,3 +178,57 @@ async fn opted_in_corrupt_state_is_deleted_counted_and_checked_again() {
     }
     assert_eq!(backend.repairs(), spoiled, "one repair per spoiled key");
 }
+
+/// A check whose later policy's state is corrupt takes nothing from the policies before it:
+/// each failed attempt, and a repaired one checked again, leaves their quota as it was. The
+/// later policy has a key of its own, or is in a key group.
+#[tokio::test]
+async fn a_corrupt_later_policy_leaves_the_earlier_ones_untaken() {
+    let server = RedisServer::start();
+    let repairing = redlimit::Limiter::new(
+        redlimit::RedisBackend::builder(server.url())
+            .repair_corrupt_state(true)
+            .budget(std::time::Duration::from_secs(5))
+            .build()
+            .expect("valid"),
+    );
+    let mut connection = server.connection();
+    let grouped = Policy::builder("grouped", Algorithm::Gcra)
+        .limit(10)
+        .window(std::time::Duration::from_secs(60))
+        .key_group("g")
+        .build()
+        .expect("a valid policy");
+    let lasts = [crate::support::per_minute("last", 10), grouped];
+    for (first, last) in [
+        Algorithm::FixedWindow,
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+    ]
+    .into_iter()
+    .flat_map(|first| lasts.iter().map(move |last| (first, last)))
+    {
+        let taker = policy(first, 10, 60_000, None);
+        let set = crate::support::set_of(&[taker.clone(), last.clone()]);
+        let limiter = server.limiter();
+        let client = format!("victim-{first}-{}", last.name());
+        let spoiled = limiter.keys().key(last, &client);
+        let spoil = redis::cmd("SET").arg(&spoiled).arg("many").clone();
+        spoil_with(&mut connection, &spoiled, &spoil);
+        let case = format!("{first}, then {}", last.name());
+        for _ in 0..3 {
+            let err = limiter.check(&set, &client).at(at_ms(T0 + 10)).await;
+            assert!(err.expect_err("corrupt").is_corrupt_state(), "{case}");
+        }
+        let left = |decisions: redlimit::Decisions| decisions[0].remaining;
+        let before = limiter
+            .check(&alone(&taker), &client)
+            .cost(0)
+            .at(at_ms(T0 + 10))
+            .await;
+        assert_eq!(left(before.expect("a check")), 10, "{case}: none taken");
+        let repaired = repairing.check(&set, &client).at(at_ms(T0 + 10)).await;
+        let repaired = left(repaired.expect("repaired, then decided"));
+        assert_eq!(repaired, 9, "{case}: taken once");
+    }
+}
