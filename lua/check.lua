@@ -365,10 +365,6 @@ end
 flush_writes()
 flush_groups()
 if not ok and done == 0 then
-  -- As raised, its code first (Redis 7.0's pcall hands the error over as its text alone).
-  if type(err) ~= 'table' then
-    err = { err = err }
-  end
-  error(err, 0)
+  raise(err)
 end
 return packed(out)

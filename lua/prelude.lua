@@ -302,6 +302,15 @@ local function clock(at)
   return tonumber(at)
 end
 
+-- Raises err again as a call's error, its code first (Redis 7.0's pcall hands an error over as
+-- its text alone): for an entry that caught it to write what it kept first.
+local function raise(err)
+  if type(err) ~= 'table' then
+    err = { err = err }
+  end
+  error(err, 0)
+end
+
 -- Retries counted once: a request with an idempotency key answers what the first request with
 -- it answered (remembered for its window, in ms).
 local function seen_before(idem)

@@ -29,46 +29,56 @@ local function resettle(idem, policies, delta)
   remember(idem, stored, 1, #stored, nil)
 end
 
-while a <= last do
-  local cost, set, once, taken_at, repeats, given, refund
-  cost, set, _, once, taken_at, a, repeats, _, given, _, refund = read_request(ARGV, a)
-  if refund then
-    taken_at = now_us
-  end
-  for _ = 1, repeats do
-    local idem
-    if once then
-      idem, k = KEYS[k], k + 1
+-- What the call kept to its end (GCRA's and the token bucket's writes) is written even where a
+-- request fails (its state corrupt): the settles before it stand, as their tokens do, so a
+-- settle sent again is not made twice and none made is lost. One pcall per call.
+local function settle_requests()
+  while a <= last do
+    local cost, set, once, taken_at, repeats, given, refund
+    cost, set, _, once, taken_at, a, repeats, _, given, _, refund = read_request(ARGV, a)
+    if refund then
+      taken_at = now_us
     end
-    -- Sent again after its answer was lost, a settle made by a token finds it set, and
-    -- changes nothing.
-    local first = true
-    if given then
-      first = redis_call('SET', KEYS[k], '1', 'NX', 'PX', GIVEN_TTL_MS) ~= false
-      k = k + 1
-    end
-    local changed = 0
-    for _, p in ipairs(sets[set]) do
-      local key, limit, window, burst
-      key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
-      if first and refund and p.refund then
-        changed = changed + p.refund(key, limit, window, burst, now_us, cost)
-      elseif first then
-        changed = changed + p.settle(key, limit, window, burst, now_us, cost, taken_at)
+    for _ = 1, repeats do
+      local idem
+      if once then
+        idem, k = KEYS[k], k + 1
       end
-      if refund then
-        local n = #out
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = p.decide(key, limit, window, burst, now_us, 0, p.slack)
+      -- Sent again after its answer was lost, a settle made by a token finds it set, and
+      -- changes nothing.
+      local first = true
+      if given then
+        first = redis_call('SET', KEYS[k], '1', 'NX', 'PX', GIVEN_TTL_MS) ~= false
+        k = k + 1
       end
-    end
-    if idem and first then
-      resettle(idem, #sets[set], taken_at and cost or -cost)
-    end
-    if not refund then
-      out[#out + 1] = changed
+      local changed = 0
+      for _, p in ipairs(sets[set]) do
+        local key, limit, window, burst
+        key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
+        if first and refund and p.refund then
+          changed = changed + p.refund(key, limit, window, burst, now_us, cost)
+        elseif first then
+          changed = changed + p.settle(key, limit, window, burst, now_us, cost, taken_at)
+        end
+        if refund then
+          local n = #out
+          out[n + 1], out[n + 2], out[n + 3], out[n + 4] = p.decide(key, limit, window, burst, now_us, 0, p.slack)
+        end
+      end
+      if idem and first then
+        resettle(idem, #sets[set], taken_at and cost or -cost)
+      end
+      if not refund then
+        out[#out + 1] = changed
+      end
     end
   end
 end
+
+local ok, err = pcall(settle_requests)
 flush_writes()
 flush_groups()
+if not ok then
+  raise(err)
+end
 return out
