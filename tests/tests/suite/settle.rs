@@ -602,3 +602,41 @@ async fn a_give_back_refunds_the_state_in_force_never_past_what_it_holds_alike_o
         );
     }
 }
+
+/// A settle stopped by a later policy's corrupt state still writes what its earlier policies
+/// gave back, which GCRA and the token bucket keep to the call's end: sent again, the settle
+/// finds its token made and changes nothing, so a give-back not written then is lost.
+#[tokio::test]
+async fn a_settle_stopped_by_corrupt_state_keeps_what_it_gave_back() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let last = crate::support::per_minute("last", 10);
+    for first in [Algorithm::Gcra, Algorithm::TokenBucket] {
+        let giver = policy(first, 10, 60_000, None);
+        let set = set_of(&[giver.clone(), last.clone()]);
+        let client = format!("c-{first}");
+        let reserved = limiter
+            .check(&set, &client)
+            .cost(5)
+            .reserve()
+            .at(at_ms(T0))
+            .await
+            .expect("reserve");
+        assert!(reserved.allowed(), "{first}");
+        let _: () = deadpool_redis::redis::cmd("SET")
+            .arg(limiter.keys().key(&last, &client))
+            .arg("many")
+            .query(&mut server.connection())
+            .expect("SET");
+        let settled = limiter.settle(&reserved, 0).at(at_ms(T0 + 1)).await;
+        assert!(settled.expect_err("corrupt").is_corrupt_state(), "{first}");
+        let left = limiter
+            .check(&alone(&giver), &client)
+            .cost(0)
+            .at(at_ms(T0 + 1))
+            .await
+            .expect("a check")[0]
+            .remaining;
+        assert_eq!(left, 10, "{first}: its five given back");
+    }
+}
