@@ -30,8 +30,8 @@ local function resettle(idem, policies, delta)
 end
 
 -- What the call kept to its end (GCRA's and the token bucket's writes) is written even where a
--- request fails (its state corrupt): the settles before it stand, as their tokens do, so a
--- settle sent again is not made twice and none made is lost. One pcall per call.
+-- request fails (its state corrupt): the requests settled before it stand, as their tokens do,
+-- so a settle sent again is not made twice and none made is lost. One pcall per call.
 local function settle_requests()
   while a <= last do
     local cost, set, once, taken_at, repeats, given, refund
@@ -44,6 +44,21 @@ local function settle_requests()
       if once then
         idem, k = KEYS[k], k + 1
       end
+      -- A request is settled whole or not at all: its policies' states are read first (decide
+      -- writes nothing), so that corrupt state stops it before a policy changes or its token
+      -- is set, and the settle sent again once the state is repaired is made once. The first
+      -- policy's own settle reads it before any write, but for a token set before it.
+      local policies = sets[set]
+      if #policies > 1 or given then
+        local at = given and k + 1 or k
+        for i, p in ipairs(policies) do
+          local key, limit, window, burst
+          key, limit, window, burst, _, _, at = policy_keys(p, KEYS, at)
+          if i > 1 or given then
+            p.decide(key, limit, window, burst, now_us, 0)
+          end
+        end
+      end
       -- Sent again after its answer was lost, a settle made by a token finds it set, and
       -- changes nothing.
       local first = true
@@ -52,7 +67,7 @@ local function settle_requests()
         k = k + 1
       end
       local changed = 0
-      for _, p in ipairs(sets[set]) do
+      for _, p in ipairs(policies) do
         local key, limit, window, burst
         key, limit, window, burst, _, _, k = policy_keys(p, KEYS, k)
         if first and refund and p.refund then
@@ -66,7 +81,7 @@ local function settle_requests()
         end
       end
       if idem and first then
-        resettle(idem, #sets[set], taken_at and cost or -cost)
+        resettle(idem, #policies, taken_at and cost or -cost)
       end
       if not refund then
         out[#out + 1] = changed

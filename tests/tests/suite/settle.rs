@@ -603,40 +603,62 @@ async fn a_give_back_refunds_the_state_in_force_never_past_what_it_holds_alike_o
     }
 }
 
-/// A settle stopped by a later policy's corrupt state still writes what its earlier policies
-/// gave back, which GCRA and the token bucket keep to the call's end: sent again, the settle
-/// finds its token made and changes nothing, so a give-back not written then is lost.
+/// A settle stopped by a later policy's corrupt state changes nothing, so that sent again once
+/// the state is repaired it is made once: before, its earlier policies gave back at once
+/// (a fixed window) or at the call's end (GCRA, the token bucket), and again when it was sent
+/// again, handing back a second reservation's quota too.
 #[tokio::test]
-async fn a_settle_stopped_by_corrupt_state_keeps_what_it_gave_back() {
+async fn a_settle_stopped_by_corrupt_state_is_made_once_when_sent_again() {
     let server = RedisServer::start();
     let limiter = server.limiter();
     let last = crate::support::per_minute("last", 10);
-    for first in [Algorithm::Gcra, Algorithm::TokenBucket] {
+    for first in [
+        Algorithm::FixedWindow,
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+    ] {
         let giver = policy(first, 10, 60_000, None);
         let set = set_of(&[giver.clone(), last.clone()]);
         let client = format!("c-{first}");
-        let reserved = limiter
-            .check(&set, &client)
-            .cost(5)
-            .reserve()
-            .at(at_ms(T0))
-            .await
-            .expect("reserve");
-        assert!(reserved.allowed(), "{first}");
+        let mut reserved = Vec::new();
+        for _ in 0..2 {
+            let decisions = limiter
+                .check(&set, &client)
+                .cost(5)
+                .reserve()
+                .at(at_ms(T0))
+                .await
+                .expect("reserve");
+            assert!(decisions.allowed(), "{first}");
+            reserved.push(decisions);
+        }
+        let last_key = limiter.keys().key(&last, &client);
         let _: () = deadpool_redis::redis::cmd("SET")
-            .arg(limiter.keys().key(&last, &client))
+            .arg(&last_key)
             .arg("many")
             .query(&mut server.connection())
             .expect("SET");
-        let settled = limiter.settle(&reserved, 0).at(at_ms(T0 + 1)).await;
+        let left = async || {
+            limiter
+                .check(&alone(&giver), &client)
+                .cost(0)
+                .at(at_ms(T0 + 1))
+                .await
+                .expect("a check")[0]
+                .remaining
+        };
+        let settled = limiter.settle(&reserved[0], 0).at(at_ms(T0 + 1)).await;
         assert!(settled.expect_err("corrupt").is_corrupt_state(), "{first}");
-        let left = limiter
-            .check(&alone(&giver), &client)
-            .cost(0)
+        assert_eq!(left().await, 0, "{first}: nothing given back");
+        let _: () = deadpool_redis::redis::cmd("DEL")
+            .arg(&last_key)
+            .query(&mut server.connection())
+            .expect("DEL");
+        limiter
+            .settle(&reserved[0], 0)
             .at(at_ms(T0 + 1))
             .await
-            .expect("a check")[0]
-            .remaining;
-        assert_eq!(left, 10, "{first}: its five given back");
+            .expect("settled once repaired");
+        assert_eq!(left().await, 5, "{first}: one reservation given back, once");
     }
 }
