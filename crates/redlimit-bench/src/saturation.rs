@@ -125,7 +125,7 @@ pub(crate) struct Combined {
     pub(crate) split: Option<usize>,
     /// The key group the members under its last key keep their state in, if any; those under
     /// the first key of a split check keep keys of their own (per IP, beside a key's group).
-    group: Option<&'static str>,
+    pub(crate) group: Option<&'static str>,
 }
 
 impl Combined {
