@@ -98,9 +98,9 @@ fn contenders() -> Vec<Contender> {
     // Batches: each algorithm alone, and the sets weighed against their members (the second
     // key, where a set has one, is the client's too: a batch's keys are drawn at random alike).
     // Not the sets in a key group: redis-benchmark draws each `__rand_int__` apart, so the
-    // group's policies, which name one key, would each name another client's, and be decided
-    // record by record as policies whose key is apart (2.4 times their members' sum in one run,
-    // where the saturation mode, which names one key, reads 0.7-0.9).
+    // group's policies, which name one key, would each name another client's, a group key each
+    // at a group's dearer form (2.4 times their members' sum in one run, where the saturation
+    // mode, whose checks name one key, reads 0.7-0.9).
     let batched = Algorithm::ALL
         .into_iter()
         .map(|algorithm| (algorithm.name(), vec![generous(algorithm)]))
