@@ -606,20 +606,31 @@ async fn a_give_back_refunds_the_state_in_force_never_past_what_it_holds_alike_o
 /// A settle stopped by a later policy's corrupt state changes nothing, so that sent again once
 /// the state is repaired it is made once: before, its earlier policies gave back at once
 /// (a fixed window) or at the call's end (GCRA, the token bucket), and again when it was sent
-/// again, handing back a second reservation's quota too.
+/// again, handing back a second reservation's quota too. The later policy is a fixed window of
+/// its own key, or GCRA in a key group.
 #[tokio::test]
 async fn a_settle_stopped_by_corrupt_state_is_made_once_when_sent_again() {
     let server = RedisServer::start();
     let limiter = server.limiter();
-    let last = crate::support::per_minute("last", 10);
-    for first in [
+    let grouped = Policy::builder("grouped", Algorithm::Gcra)
+        .limit(10)
+        .window(Duration::from_secs(60))
+        .key_group("g")
+        .build()
+        .expect("a valid policy");
+    let lasts = [crate::support::per_minute("last", 10), grouped];
+    for (first, last) in [
         Algorithm::FixedWindow,
         Algorithm::Gcra,
         Algorithm::TokenBucket,
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|first| lasts.iter().map(move |last| (first, last)))
+    {
         let giver = policy(first, 10, 60_000, None);
         let set = set_of(&[giver.clone(), last.clone()]);
-        let client = format!("c-{first}");
+        let client = format!("c-{first}-{}", last.name());
+        let first = format!("{first}, then {}", last.name());
         let mut reserved = Vec::new();
         for _ in 0..2 {
             let decisions = limiter
@@ -632,7 +643,7 @@ async fn a_settle_stopped_by_corrupt_state_is_made_once_when_sent_again() {
             assert!(decisions.allowed(), "{first}");
             reserved.push(decisions);
         }
-        let last_key = limiter.keys().key(&last, &client);
+        let last_key = limiter.keys().key(last, &client);
         let _: () = deadpool_redis::redis::cmd("SET")
             .arg(&last_key)
             .arg("many")
