@@ -191,7 +191,7 @@ local function decide_request(out, kept, set, k, now_us, cost, reserve, idem, on
   -- burst) of each policy that takes overrides, made at the first. A lease is decided after
   -- every policy and before any takes.
   local base, admitted, limits, lone = #out, true, nil, #set == 1 and not lease and not grant
-  local lease_key, leased, free, wait, extra = nil, nil, nil, nil, 0
+  local lease_key, leased, free, wait, extra, strikes = nil, nil, nil, nil, 0, nil
   if set.runs and cost > 0 and not lease and not grant then
     k = decide_grouped(set, out, base, k, now_us, cost)
   elseif set.alone and cost > 0 and not lease and not grant then
@@ -216,10 +216,11 @@ local function decide_request(out, kept, set, k, now_us, cost, reserve, idem, on
       else
         allowed, remaining, reset, retry, b, c, d, e = p.decide(key, limit, window, burst, now_us, cost, p.slack)
         if allowed == 0 and ban and retry ~= NEVER then
-          local length = marks_of().strike(skey, bkey, ban, div(now_us, 1000))
-          if length then
-            allowed, reset, retry = 2, max(reset, length), length
-          end
+          -- Struck once every policy has decided, so that a request a later policy's corrupt
+          -- state stops strikes nothing, and its retry once repaired strikes once.
+          strikes = strikes or {}
+          local n = #strikes
+          strikes[n + 1], strikes[n + 2], strikes[n + 3] = i, skey, bkey
         end
       end
       if allowed ~= 1 then
@@ -234,6 +235,14 @@ local function decide_request(out, kept, set, k, now_us, cost, reserve, idem, on
       end
       local r = base + 4 * i
       out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
+    end
+    for j = 1, strikes and #strikes or 0, 3 do
+      local i = strikes[j]
+      local length = marks_of().strike(strikes[j + 1], strikes[j + 2], set[i].ban, div(now_us, 1000))
+      if length then
+        local r = base + 4 * i
+        out[r - 3], out[r - 1], out[r] = 2, max(out[r - 1], length), length
+      end
     end
     if lease then
       lease_key = KEYS[k]

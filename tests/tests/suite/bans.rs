@@ -155,6 +155,53 @@ async fn every_instance_honours_a_ban_with_retry_after_of_the_ban() {
     assert_eq!(decisions("allowed", "redis"), 1.0, "k2");
 }
 
+/// A denial counts towards a ban once a request: a check that a later policy's corrupt state
+/// stops strikes nothing, so that its retries, and the retry once the state is repaired, do
+/// not ban a client that was denied once. Before, each failed check struck: four of them banned
+/// the client before its first denial was answered.
+#[tokio::test]
+async fn a_check_stopped_by_corrupt_state_strikes_nothing() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let p = banning(None);
+    let last = crate::support::per_minute("last", 10);
+    let set = crate::support::set_of(&[p.clone(), last.clone()]);
+    assert_eq!(retry_at(&limiter, &p, T0).await, None);
+    assert_eq!(retry_at(&limiter, &p, T0 + 1).await, None);
+    let last_key = limiter.keys().key(&last, "c");
+    let mut connection = server.connection();
+    let _: () = deadpool_redis::redis::cmd("SET")
+        .arg(&last_key)
+        .arg("many")
+        .query(&mut connection)
+        .expect("SET");
+    for i in 0..4 {
+        let failed = limiter.check(&set, "c").at(at_ms(T0 + 10 + i)).await;
+        assert!(failed.expect_err("corrupt").is_corrupt_state());
+    }
+    let _: () = deadpool_redis::redis::cmd("DEL")
+        .arg(&last_key)
+        .query(&mut connection)
+        .expect("DEL");
+    for i in 0..3 {
+        let d = &limiter
+            .check(&set, "c")
+            .at(at_ms(T0 + 20 + i))
+            .await
+            .expect("repaired")[0];
+        assert!(
+            !d.allowed && !d.banned,
+            "denial {i} of three, not banned: {d:?}"
+        );
+    }
+    let fourth = &limiter
+        .check(&alone(&p), "c")
+        .at(at_ms(T0 + 30))
+        .await
+        .expect("check")[0];
+    assert!(fourth.banned, "the fourth denial bans: {fourth:?}");
+}
+
 #[test]
 fn bad_bans_are_refused_naming_the_field() {
     let build = |ban: Ban| {
