@@ -23,6 +23,7 @@ fn guarded(
         .expect("valid");
     GuardedLimiter::builder(limiter, PolicySet::new([p, second]).expect("valid"))
         .clock(clock.clock())
+        .budget(crate::support::PATIENT)
         .block_cache(cache.then(|| BlockCache::new(1_000)))
         .build()
 }

@@ -71,6 +71,7 @@ async fn header_values_on_the_first_nth_and_one_over_the_limit_are_exact() {
         let name = p.name().to_owned();
         let guard = GuardedLimiter::builder(server.limiter(), p)
             .clock(TestClock::at_millis(T0).clock())
+            .budget(crate::support::PATIENT)
             .build();
         let layer = RateLimitLayer::new(guard).headers(HeaderStyle::IetfAndLegacy);
         let address = serve(app(layer)).await;
@@ -129,6 +130,7 @@ async fn the_first_exhausted_policy_denies_and_the_others_keep_their_quota() {
         PolicySet::new([per_second, per_minute]).expect("guard"),
     )
     .clock(clock.clock())
+    .budget(crate::support::PATIENT)
     .build();
     let layer = RateLimitLayer::new(guard);
     let address = serve(app(layer)).await;
@@ -191,6 +193,7 @@ fn limited_app(server: &RedisServer, key: ClientIp, prefix: &str) -> Router {
     let limiter = Limiter::with_prefix(server.backend(), prefix).expect("prefix");
     let guard = GuardedLimiter::builder(limiter, policy(Algorithm::FixedWindow, 2, 60_000, None))
         .clock(TestClock::at_millis(T0).clock())
+        .budget(crate::support::PATIENT)
         .build();
     let layer = RateLimitLayer::new(guard).key(key);
     app(layer)
@@ -252,6 +255,7 @@ async fn a_burst_is_the_stated_quota_and_remaining_never_exceeds_it() {
             Limiter::with_prefix(server.backend(), format!("burst-{algorithm}")).expect("prefix");
         let guard = GuardedLimiter::builder(limiter, p)
             .clock(clock.clock())
+            .budget(crate::support::PATIENT)
             .build();
         let layer = RateLimitLayer::new(guard).headers(HeaderStyle::IetfAndLegacy);
         let address = serve(app(layer)).await;
@@ -310,7 +314,9 @@ async fn an_override_shows_its_own_window_and_burst_in_the_headers() {
             )
             .await
             .expect("set");
-        let guard = GuardedLimiter::builder(limiter, p).build();
+        let guard = GuardedLimiter::builder(limiter, p)
+            .budget(crate::support::PATIENT)
+            .build();
         let layer = RateLimitLayer::new(guard).key(HeaderKey::new("x-client").expect("valid"));
         let address = serve(app(layer)).await;
         let vip = http_get(address, "/", &[("x-client", "vip")]).await;

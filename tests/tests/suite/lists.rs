@@ -35,6 +35,7 @@ async fn an_allowed_network_sends_1000_requests_with_no_redis_command() {
         server.limiter(),
         policy(Algorithm::Gcra, 5, 3_600_000, None),
     )
+    .budget(crate::support::PATIENT)
     .build();
     let layer = RateLimitLayer::new(guard)
         .allow(AccessList::new(["127.0.0.0/8", "key:unused"]).expect("a valid list"));
@@ -81,9 +82,13 @@ async fn a_denied_key_gets_403_with_no_redis_command_and_no_service_call() {
     // The layer counts the lists: built under the recorder.
     let (layer, snapshotter) = recorded(|| {
         let limit = policy(Algorithm::Gcra, 5, 3_600_000, None);
-        RateLimitLayer::new(GuardedLimiter::builder(server.limiter(), limit).build())
-            .key(HeaderKey::new("x-api-key").expect("a header"))
-            .deny(AccessList::new(["key:stolen", "192.0.2.0/24"]).expect("a valid list"))
+        RateLimitLayer::new(
+            GuardedLimiter::builder(server.limiter(), limit)
+                .budget(crate::support::PATIENT)
+                .build(),
+        )
+        .key(HeaderKey::new("x-api-key").expect("a header"))
+        .deny(AccessList::new(["key:stolen", "192.0.2.0/24"]).expect("a valid list"))
     });
     let calls = Arc::new(AtomicUsize::new(0));
     let address = app(layer, &calls).await;

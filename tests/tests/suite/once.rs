@@ -150,6 +150,7 @@ async fn the_layer_counts_an_idempotency_key_once_until_its_window_ends() {
         server.limiter(),
         policy(Algorithm::FixedWindowAnchored, 3, 3_600_000, None),
     )
+    .budget(crate::support::PATIENT)
     .build();
     let layer = RateLimitLayer::new(guard)
         .key(Global)

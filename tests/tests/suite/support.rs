@@ -23,6 +23,11 @@ use tower_redlimit::{HeaderKey, RateLimitLayer};
 /// A start time aligned to 1 s, 10 s and 60 s windows (milliseconds since the epoch).
 pub(crate) const T0: u64 = 1_699_999_980_000;
 
+/// The budget of a guard on Redis in a test that is not about the budget: seconds, so that a
+/// slow reply on a busy machine is not answered by the failure policy (the guard's default,
+/// 50 ms, once made a block-cache comparison read a fail-open as a difference).
+pub(crate) const PATIENT: Duration = Duration::from_secs(5);
+
 /// `policies`, checked together.
 pub(crate) fn set_of(policies: &[Policy]) -> PolicySet {
     PolicySet::new(policies.iter().cloned()).expect("a valid set")
