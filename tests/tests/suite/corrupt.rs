@@ -193,22 +193,9 @@ async fn a_corrupt_later_policy_leaves_the_earlier_ones_untaken() {
             .expect("valid"),
     );
     let mut connection = server.connection();
-    let grouped = Policy::builder("grouped", Algorithm::Gcra)
-        .limit(10)
-        .window(std::time::Duration::from_secs(60))
-        .key_group("g")
-        .build()
-        .expect("a valid policy");
-    let lasts = [crate::support::per_minute("last", 10), grouped];
-    for (first, last) in [
-        Algorithm::FixedWindow,
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-    ]
-    .into_iter()
-    .flat_map(|first| lasts.iter().map(move |last| (first, last)))
-    {
-        let taker = policy(first, 10, 60_000, None);
+    for (taker, last) in crate::support::before_a_later_policy() {
+        let first = taker.algorithm();
+        let last = &last;
         let set = crate::support::set_of(&[taker.clone(), last.clone()]);
         let limiter = server.limiter();
         let client = format!("victim-{first}-{}", last.name());

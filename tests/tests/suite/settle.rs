@@ -612,22 +612,9 @@ async fn a_give_back_refunds_the_state_in_force_never_past_what_it_holds_alike_o
 async fn a_settle_stopped_by_corrupt_state_is_made_once_when_sent_again() {
     let server = RedisServer::start();
     let limiter = server.limiter();
-    let grouped = Policy::builder("grouped", Algorithm::Gcra)
-        .limit(10)
-        .window(Duration::from_secs(60))
-        .key_group("g")
-        .build()
-        .expect("a valid policy");
-    let lasts = [crate::support::per_minute("last", 10), grouped];
-    for (first, last) in [
-        Algorithm::FixedWindow,
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-    ]
-    .into_iter()
-    .flat_map(|first| lasts.iter().map(move |last| (first, last)))
-    {
-        let giver = policy(first, 10, 60_000, None);
+    for (giver, last) in crate::support::before_a_later_policy() {
+        let last = &last;
+        let first = giver.algorithm();
         let set = set_of(&[giver.clone(), last.clone()]);
         let client = format!("c-{first}-{}", last.name());
         let first = format!("{first}, then {}", last.name());

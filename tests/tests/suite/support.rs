@@ -42,6 +42,31 @@ pub(crate) fn per_minute(name: &str, limit: u64) -> Policy {
         .expect("a valid policy")
 }
 
+/// The cases of a request stopped by a later policy's corrupt state: each of a fixed window,
+/// GCRA and a token bucket of 10 a minute first, then a fixed window of its own key ("last") or
+/// GCRA in a key group ("grouped"), both 10 a minute; the later one's key is the one spoiled.
+pub(crate) fn before_a_later_policy() -> Vec<(Policy, Policy)> {
+    let grouped = Policy::builder("grouped", Algorithm::Gcra)
+        .limit(10)
+        .window(Duration::from_secs(60))
+        .key_group("g")
+        .build()
+        .expect("a valid policy");
+    let lasts = [per_minute("last", 10), grouped];
+    [
+        Algorithm::FixedWindow,
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+    ]
+    .into_iter()
+    .flat_map(|first| {
+        lasts
+            .iter()
+            .map(move |last| (policy(first, 10, 60_000, None), last.clone()))
+    })
+    .collect()
+}
+
 /// `policy` as a set of its own, for a check of it alone.
 pub(crate) fn alone(policy: &Policy) -> PolicySet {
     PolicySet::from(policy.clone())
