@@ -52,9 +52,11 @@ local function settle_requests()
       if #policies > 1 or given then
         local at = given and k + 1 or k
         for i, p in ipairs(policies) do
+          -- The first's override is read only where its state is (skip: its keys passed).
+          local read = i > 1 or given
           local key, limit, window, burst
-          key, limit, window, burst, _, _, at = policy_keys(p, KEYS, at)
-          if i > 1 or given then
+          key, limit, window, burst, _, _, at = policy_keys(p, KEYS, at, not read)
+          if read then
             p.decide(key, limit, window, burst, now_us, 0)
           end
         end
