@@ -12,6 +12,7 @@ mod hot_key;
 mod http;
 mod instructions;
 mod memory_table;
+mod pipeline;
 mod process_cpu;
 mod report;
 mod rls;
@@ -31,8 +32,9 @@ accuracy (not part of all) needs no Redis and draws its SVG to PATH (docs/accura
 instructions (not part of all) runs a redis-server of its own under valgrind's callgrind;
 hot-key (not part of all) drives one key from 4 processes (C in flight each), exact and with grants;
 defaults: all modes, N = 200000, C = 64, K = 10000, R = 24 rounds, W = 1 tokio worker,
-limit 100 per 60 s, and a redis-server of its own; --only keeps the saturation, instructions
-and http modes to the contenders named (and their baselines: the naive script, http_bare)";
+limit 100 per 60 s, and a redis-server of its own; --only keeps the saturation, saturate,
+instructions and http modes to the contenders named (and their baselines: the naive script,
+http_bare)";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -198,20 +200,14 @@ fn main() -> ExitCode {
         zipf.print_paired();
     }
     if settings.runs("saturate") {
-        if saturate::available() {
-            let (rows, by_round) = saturate::run(&url, &settings);
-            report::print(
-                "saturate (redis-benchmark -c 64 -P 16: each script at Redis saturation; Redis µs \
-                 = time inside its calls per decision)",
-                &rows,
-                decisions::NAIVE,
-            );
-            saturate::print_paired(&rows, &by_round);
-        } else {
-            println!(
-                "\nsaturate: redis-benchmark is not installed (Debian: apt-get install redis-tools)"
-            );
-        }
+        let (rows, by_round) = saturate::run(&url, &settings);
+        report::print(
+            "saturate (64 connections, 16 commands in flight each: each script at Redis \
+             saturation; Redis µs = time inside its calls per decision)",
+            &rows,
+            decisions::NAIVE,
+        );
+        saturate::print_paired(&rows, &by_round);
     }
     if settings.runs("http") {
         let (mut servers, recorder) = http::start_servers(&server, &url);

@@ -1,14 +1,15 @@
-//! Decisions per Redis core-second at saturation: `redis-benchmark` (64 connections, 16
-//! commands in flight on each) sends each contender's script with `EVALSHA` until redis-server's
-//! core is the limit, so what is measured is the script's server cost, not any client's. Besides
-//! one check per call, redlimit's checks in batches of 64 as the backend sends them (an `FCALL` of
-//! its function library's check), each policy as generous as the saturation mode's: a client
-//! whose batches come slower than Redis decides them leaves Redis idle between calls, and Redis
-//! then spends more on the same work (a batch's time inside the call doubled so here), so this is
-//! Redis at work without pause, as it is under many application servers.
+//! Decisions per Redis core-second at saturation: 64 connections with 16 commands in flight on
+//! each, as `redis-benchmark -c 64 -P 16` sends them (the pipeline module), send each
+//! contender's script with `EVALSHA` until redis-server's core is the limit, so what is measured
+//! is the script's server cost, not any client's. Besides one check per call, redlimit's checks
+//! in batches of 64 as the backend sends them (an `FCALL` of its function library's check), each
+//! policy as generous as the saturation mode's: a client whose batches come slower than Redis
+//! decides them leaves Redis idle between calls, and Redis then spends more on the same work (a
+//! batch's time inside the call doubled so here), so this is Redis at work without pause, as it
+//! is under many application servers.
 
 use std::{
-    process::Command,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -19,67 +20,84 @@ use redlimit_tests::{command_calls, commands_sent};
 use crate::{
     Settings,
     decisions::{NAIVE, NAIVE_SCRIPT, admin, policy, redis_limiter},
+    pipeline,
     report::Row,
-    saturation::{COMBINED, Combined, generous, spread},
+    saturation::{COMBINED, Combined, Keys, Rng, generous, spread},
 };
 
 /// Checks per call of the batched contenders, as many as the backend puts in one.
 const BATCH: usize = 64;
 
-/// The program, from Debian's `redis-tools` (or any Redis install).
-const REDIS_BENCHMARK: &str = "redis-benchmark";
+/// Distinct commands built for a contender, at most: sent in turn, their clients drawn at
+/// random over the keys.
+const POOL: usize = 20_000;
 
-/// One script and the `EVALSHA` arguments after its SHA-1, or (no script) redlimit's check
-/// function and its `FCALL` arguments after its name, deciding `batch` checks a call;
-/// `__rand_int__` in a key becomes one of the K clients (each one drawn apart).
+/// One script (the naive one where there are no policies, else redlimit's of `policies`) sent
+/// by `EVALSHA`, or (no script) redlimit's check function by `FCALL`, deciding `batch` checks
+/// of `policies` a call.
 struct Contender {
     name: String,
     script: Option<&'static str>,
-    args: Vec<String>,
+    policies: Option<Vec<Policy>>,
     batch: usize,
 }
 
-/// Whether `redis-benchmark` can be run.
-pub(crate) fn available() -> bool {
-    Command::new(REDIS_BENCHMARK)
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success())
+impl Contender {
+    /// `size` of its commands, each beginning with `head` (the command and the script's SHA-1 or
+    /// the function's name), its clients drawn uniformly from `keys`, its keys under `prefix`: a
+    /// contender's own, for no contender to find another's state (a key group holding records
+    /// of another set's policies is read the slow way).
+    fn pool(&self, head: &[String; 2], prefix: &str, keys: usize, size: usize) -> Arc<[Vec<u8>]> {
+        let scheme = KeyScheme::new(prefix).expect("a valid prefix");
+        let clients = Keys::uniform(keys);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ self.name.len() as u64);
+        // The naive script's window index from this process's clock, as its users compute it.
+        let window = redlimit::Timestamp::now().as_micros() / 60_000_000;
+        (0..size)
+            .map(|_| {
+                let drawn: Vec<String> = (0..self.batch)
+                    .map(|_| format!("client-{}", clients.pick(rng.next())))
+                    .collect();
+                let mut command = redis::cmd(&head[0]);
+                command.arg(&head[1]);
+                match &self.policies {
+                    None => {
+                        command
+                            .arg(1)
+                            .arg(format!("{prefix}:{{{}}}:{window}", drawn[0]))
+                            .arg(60);
+                    }
+                    Some(policies) => {
+                        let drawn: Vec<&str> = drawn.iter().map(String::as_str).collect();
+                        // redlimit's arguments at Redis TIME, after the script's SHA-1.
+                        for arg in redlimit::check_command(&scheme, policies, &drawn, "")
+                            .args_iter()
+                            .skip(2)
+                        {
+                            if let redis::Arg::Simple(bytes) = arg {
+                                command.arg(bytes);
+                            }
+                        }
+                    }
+                }
+                command.get_packed_command()
+            })
+            .collect()
+    }
 }
 
 fn contenders() -> Vec<Contender> {
-    let keys = KeyScheme::new("bench").expect("a valid prefix");
-    let client = "client-__rand_int__";
-    // The arguments redlimit sends for `policies` and `batch` clients at Redis TIME, after the
-    // script's SHA-1 (or the function's name).
-    let redlimit_of = |policies: &[Policy], batch: usize| -> Vec<String> {
-        redlimit::check_command(&keys, policies, &vec![client; batch], "")
-            .args_iter()
-            .skip(2)
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                _ => String::new(),
-            })
-            .collect()
-    };
-    let redlimit = |policies: &[Policy]| redlimit_of(policies, 1);
-    // The naive script's window index from this process's clock, as its users compute it.
-    let window = redlimit::Timestamp::now().as_micros() / 60_000_000;
     let mut all = vec![Contender {
         name: NAIVE.to_owned(),
         script: Some(NAIVE_SCRIPT),
-        args: vec![
-            "1".to_owned(),
-            format!("naive:{{{client}}}:{window}"),
-            "60".to_owned(),
-        ],
+        policies: None,
         batch: 1,
     }];
     for algorithm in Algorithm::ALL {
         all.push(Contender {
             name: algorithm.name().to_owned(),
             script: Some(redlimit::script_of(&[policy(algorithm, 100)])),
-            args: redlimit(&[policy(algorithm, 100)]),
+            policies: Some(vec![policy(algorithm, 100)]),
             batch: 1,
         });
     }
@@ -88,33 +106,28 @@ fn contenders() -> Vec<Contender> {
         .window(Duration::from_secs(3_600))
         .build()
         .expect("a valid policy");
-    let two = [policy(Algorithm::FixedWindow, 100), per_hour];
+    let two = vec![policy(Algorithm::FixedWindow, 100), per_hour];
     all.push(Contender {
         name: crate::decisions::TWO_POLICIES.to_owned(),
         script: Some(redlimit::script_of(&two)),
-        args: redlimit(&two),
+        policies: Some(two),
         batch: 1,
     });
     // Batches: each algorithm alone, and the sets weighed against their members (the second
     // key, where a set has one, is the client's too: a batch's keys are drawn at random alike).
-    // Not the sets in a key group: redis-benchmark draws each `__rand_int__` apart, so the
-    // group's policies, which name one key, would each name another client's, a group key each
-    // at a group's dearer form (2.4 times their members' sum in one run, where the saturation
-    // mode, whose checks name one key, reads 0.7-0.9).
     let batched = Algorithm::ALL
         .into_iter()
         .map(|algorithm| (algorithm.name(), vec![generous(algorithm)]))
         .chain(
             COMBINED
                 .iter()
-                .filter(|combined| combined.group.is_none())
                 .map(|combined| (combined.name, combined.set().to_vec())),
         );
     for (name, policies) in batched {
         all.push(Contender {
             name: format!("{name} ×{BATCH}"),
             script: None,
-            args: redlimit_of(&policies, BATCH),
+            policies: Some(policies),
             batch: BATCH,
         });
     }
@@ -184,42 +197,50 @@ pub(crate) fn server_cpu(admin: &mut redis::Connection) -> f64 {
         .sum()
 }
 
-/// Host and port of a `redis://host:port[/db]` URL.
-fn host_port(url: &str) -> (String, String) {
+/// `host:port` of a `redis://host:port[/db]` URL.
+fn host_port(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
     let authority = rest.split('/').next().unwrap_or(rest);
     let (host, port) = authority.rsplit_once(':').unwrap_or((authority, "6379"));
-    (host.to_owned(), port.to_owned())
+    format!("{host}:{port}")
 }
 
 /// Each contender's row (its Redis µs: the time inside its calls, per decision), and each
 /// contender's Redis CPU per decision by round.
 pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Vec<f64>>) {
     let mut admin = admin(url);
-    let (host, port) = host_port(url);
-    let contenders = contenders();
+    let addr = host_port(url);
+    let contenders: Vec<_> = contenders()
+        .into_iter()
+        .filter(|contender| settings.keeps(contender.name.trim_end_matches(&format!(" ×{BATCH}"))))
+        .collect();
     let function = check_function(url, &mut admin);
-    // What each contender's command begins with: EVALSHA and its script's SHA-1, or FCALL and
-    // the check function.
-    let calls: Vec<[String; 2]> = contenders
+    let per_round = (settings.decisions / settings.rounds).max(1_000);
+    // What each contender's commands begin with (EVALSHA and its script's SHA-1, or FCALL and
+    // the check function), and the commands, built before any is timed.
+    let pools: Vec<Arc<[Vec<u8>]>> = contenders
         .iter()
-        .map(|contender| match contender.script {
-            Some(script) => [
-                "EVALSHA".to_owned(),
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(script)
-                    .query(&mut admin)
-                    .expect("SCRIPT LOAD"),
-            ],
-            None => ["FCALL".to_owned(), function.clone()],
+        .enumerate()
+        .map(|(at, contender)| {
+            let head = match contender.script {
+                Some(script) => [
+                    "EVALSHA".to_owned(),
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script)
+                        .query(&mut admin)
+                        .expect("SCRIPT LOAD"),
+                ],
+                None => ["FCALL".to_owned(), function.clone()],
+            };
+            let size = (per_round / contender.batch).clamp(1, POOL);
+            contender.pool(&head, &format!("bench{at}"), settings.keys, size)
         })
         .collect();
     let mut totals = vec![(0_u64, 0_u64, Duration::ZERO, 0.0_f64, 0_u64); contenders.len()];
     // Redis CPU (µs) per decision, by contender, then round.
     let mut by_round = vec![Vec::new(); contenders.len()];
-    let per_round = (settings.decisions / settings.rounds).max(1_000);
     // A few interleaved rounds: drift on a shared machine touches every contender alike.
     for round in 0..settings.rounds.min(6) {
         for at in crate::drive::round_order(round, contenders.len()) {
@@ -228,16 +249,7 @@ pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Vec<f64>>) {
             let before = command_calls(&mut admin);
             let cpu = server_cpu(&mut admin);
             let started = Instant::now();
-            let status = Command::new(REDIS_BENCHMARK)
-                .args(["-h", &host, "-p", &port, "-c", "64", "-P", "16", "-q"])
-                .args(["-r", &settings.keys.to_string()])
-                .args(["-n", &calls_made.to_string()])
-                .args(&calls[at])
-                .args(&contender.args)
-                .stdout(std::process::Stdio::null())
-                .status()
-                .expect("redis-benchmark runs");
-            assert!(status.success(), "redis-benchmark failed: {status}");
+            pipeline::send(&addr, &pools[at], calls_made);
             let elapsed = started.elapsed();
             let cpu = server_cpu(&mut admin) - cpu;
             let sent = commands_sent(&before, &command_calls(&mut admin));

@@ -224,7 +224,7 @@ impl Keys {
     /// The client for a uniform random `u` in [0, 1).
     // u * keys is below keys, far inside usize.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    fn pick(&self, u: f64) -> usize {
+    pub(crate) fn pick(&self, u: f64) -> usize {
         match &self.cdf {
             None => ((u * self.keys as f64) as usize).min(self.keys - 1),
             Some(cdf) => cdf.partition_point(|&c| c < u).min(self.keys - 1),
@@ -233,10 +233,10 @@ impl Keys {
 }
 
 /// xorshift64*: a cheap, seedable stream of uniforms for the key picks.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> f64 {
+    pub(crate) fn next(&mut self) -> f64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
