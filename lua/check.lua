@@ -236,6 +236,14 @@ local function decide_request(out, kept, set, k, now_us, cost, reserve, idem, on
       local r = base + 4 * i
       out[r - 3], out[r - 2], out[r - 1], out[r] = allowed, remaining, reset, retry
     end
+    if lease then
+      lease_key = KEYS[k]
+      k = k + 1
+      leased, free, wait = lease_decide(lease_key, lease.limit, div(now_us, 1000))
+      admitted = admitted and leased == 1
+    end
+    -- After everything that may stop the request (a later policy's corrupt state, its lease
+    -- set's), so that a request stopped strikes nothing.
     for j = 1, strikes and #strikes or 0, 3 do
       local i = strikes[j]
       local length = marks_of().strike(strikes[j + 1], strikes[j + 2], set[i].ban, div(now_us, 1000))
@@ -243,12 +251,6 @@ local function decide_request(out, kept, set, k, now_us, cost, reserve, idem, on
         local r = base + 4 * i
         out[r - 3], out[r - 1], out[r] = 2, max(out[r - 1], length), length
       end
-    end
-    if lease then
-      lease_key = KEYS[k]
-      k = k + 1
-      leased, free, wait = lease_decide(lease_key, lease.limit, div(now_us, 1000))
-      admitted = admitted and leased == 1
     end
     if admitted and grant then
       extra = grant_more(set, out, base, kept, now_us, cost, grant)

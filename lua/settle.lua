@@ -13,10 +13,9 @@ local sets, a = read_sets(ARGV)
 local GIVEN_TTL_MS = 600000
 local now_us, out, k, last, _ = clock(ARGV[1]), {}, 1, #ARGV, nil
 
--- The reply remembered at idem for a request of policies policies, each admitting policy's
--- remaining moved by delta.
-local function resettle(idem, policies, delta)
-  local stored = seen_before(idem)
+-- The reply remembered at idem (stored, as read before the settle) for a request of policies
+-- policies, each admitting policy's remaining moved by delta.
+local function resettle(idem, stored, policies, delta)
   if not stored or #stored < 4 * policies then
     return
   end
@@ -44,10 +43,12 @@ local function settle_requests()
       if once then
         idem, k = KEYS[k], k + 1
       end
-      -- A request is settled whole or not at all: its policies' states are read first (decide
-      -- writes nothing), so that corrupt state stops it before a policy changes or its token
-      -- is set, and the settle sent again once the state is repaired is made once. The first
-      -- policy's own settle reads it before any write, but for a token set before it.
+      -- A request is settled whole or not at all: its request id's reply and its policies'
+      -- states are read first (decide writes nothing), so that corrupt state stops it before a
+      -- policy changes or its token is set, and the settle sent again once the state is
+      -- repaired is made once. The first policy's own settle reads it before any write, but
+      -- for a token set before it.
+      local stored = idem and seen_before(idem)
       local policies = sets[set]
       if #policies > 1 or given then
         local at = given and k + 1 or k
@@ -83,7 +84,7 @@ local function settle_requests()
         end
       end
       if idem and first then
-        resettle(idem, #policies, taken_at and cost or -cost)
+        resettle(idem, stored, #policies, taken_at and cost or -cost)
       end
       if not refund then
         out[#out + 1] = changed

@@ -166,26 +166,68 @@ async fn a_check_stopped_by_corrupt_state_strikes_nothing() {
     let p = banning(None);
     let last = crate::support::per_minute("last", 10);
     let set = crate::support::set_of(&[p.clone(), last.clone()]);
-    assert_eq!(retry_at(&limiter, &p, T0).await, None);
-    assert_eq!(retry_at(&limiter, &p, T0 + 1).await, None);
     let last_key = limiter.keys().key(&last, "c");
+    strikes_nothing_when_stopped_at(&server, &limiter, &p, &set, &last_key).await;
+}
+
+/// The same where the check is stopped at its concurrency limit's lease set, which is decided
+/// after the policies: before, its strikes stood.
+#[tokio::test]
+async fn a_check_stopped_by_its_corrupt_lease_set_strikes_nothing() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let p = banning(None);
+    let in_flight = redlimit::ConcurrencyPolicy::builder("in-flight")
+        .limit(5)
+        .build()
+        .expect("a valid concurrency policy");
+    let set = alone(&p).with_concurrency(in_flight).expect("a valid set");
+    // The lease set's key, made by a check a window before that takes a lease and gives it
+    // back.
+    let before = limiter.check(&set, "c").at(at_ms(T0 - 60_000)).await;
+    drop(before.expect("a lease"));
+    let keys: Vec<String> = deadpool_redis::redis::cmd("KEYS")
+        .arg("*in-flight*")
+        .query(&mut server.connection())
+        .expect("KEYS");
+    let [lease_key] = keys.as_slice() else {
+        panic!("one lease set: {keys:?}");
+    };
+    strikes_nothing_when_stopped_at(&server, &limiter, &p, &set, lease_key).await;
+}
+
+/// Admits two checks of `p` (limit 2, banning after 3 denials), then checks `set` (holding `p`)
+/// four times with `key` corrupt, each an error; once it is repaired, three denials ban no one
+/// and the fourth bans.
+async fn strikes_nothing_when_stopped_at(
+    server: &RedisServer,
+    limiter: &Limiter,
+    p: &Policy,
+    set: &redlimit::PolicySet,
+    key: &str,
+) {
+    assert_eq!(retry_at(limiter, p, T0).await, None);
+    assert_eq!(retry_at(limiter, p, T0 + 1).await, None);
     let mut connection = server.connection();
-    let _: () = deadpool_redis::redis::cmd("SET")
-        .arg(&last_key)
+    let _: () = deadpool_redis::redis::pipe()
+        .cmd("DEL")
+        .arg(key)
+        .cmd("SET")
+        .arg(key)
         .arg("many")
         .query(&mut connection)
         .expect("SET");
     for i in 0..4 {
-        let failed = limiter.check(&set, "c").at(at_ms(T0 + 10 + i)).await;
+        let failed = limiter.check(set, "c").at(at_ms(T0 + 10 + i)).await;
         assert!(failed.expect_err("corrupt").is_corrupt_state());
     }
     let _: () = deadpool_redis::redis::cmd("DEL")
-        .arg(&last_key)
+        .arg(key)
         .query(&mut connection)
         .expect("DEL");
     for i in 0..3 {
         let d = &limiter
-            .check(&set, "c")
+            .check(set, "c")
             .at(at_ms(T0 + 20 + i))
             .await
             .expect("repaired")[0];
@@ -195,7 +237,7 @@ async fn a_check_stopped_by_corrupt_state_strikes_nothing() {
         );
     }
     let fourth = &limiter
-        .check(&alone(&p), "c")
+        .check(&alone(p), "c")
         .at(at_ms(T0 + 30))
         .await
         .expect("check")[0];

@@ -660,3 +660,59 @@ async fn a_settle_stopped_by_corrupt_state_is_made_once_when_sent_again() {
         assert_eq!(left().await, 5, "{first}: one reservation given back, once");
     }
 }
+
+/// A settle of a reservation made with a request id, whose id's key holds a value of another
+/// type, is stopped before anything changes, and sent again once the key is repaired it gives
+/// back once: before, it gave back and then failed at the id's key, and gave back again.
+#[tokio::test]
+async fn a_settle_stopped_by_its_request_ids_key_is_made_once_when_sent_again() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let set = alone(&policy(Algorithm::FixedWindow, 10, 60_000, None));
+    let check = || limiter.check(&set, "c").cost(5).reserve().at(at_ms(T0));
+    let with_id = check()
+        .once("first", Duration::from_secs(60))
+        .await
+        .expect("reserve");
+    let without = check().await.expect("reserve");
+    assert!(with_id.allowed() && without.allowed());
+    let mut redis = server.connection();
+    let keys: Vec<String> = deadpool_redis::redis::cmd("KEYS")
+        .arg("*~once*")
+        .query(&mut redis)
+        .expect("KEYS");
+    let [id_key] = keys.as_slice() else {
+        panic!("one request id's key: {keys:?}");
+    };
+    let _: () = deadpool_redis::redis::pipe()
+        .cmd("DEL")
+        .arg(id_key)
+        .cmd("HSET")
+        .arg(id_key)
+        .arg("f")
+        .arg("v")
+        .query(&mut redis)
+        .expect("a hash in its place");
+    let left = async || {
+        limiter
+            .check(&set, "c")
+            .cost(0)
+            .at(at_ms(T0 + 1))
+            .await
+            .expect("a check")[0]
+            .remaining
+    };
+    let settled = limiter.settle(&with_id, 0).at(at_ms(T0 + 1)).await;
+    assert!(settled.is_err(), "the id's key is not a reply: {settled:?}");
+    assert_eq!(left().await, 0, "nothing given back");
+    let _: () = deadpool_redis::redis::cmd("DEL")
+        .arg(id_key)
+        .query(&mut redis)
+        .expect("DEL");
+    limiter
+        .settle(&with_id, 0)
+        .at(at_ms(T0 + 1))
+        .await
+        .expect("settled once repaired");
+    assert_eq!(left().await, 5, "one reservation given back, once");
+}
