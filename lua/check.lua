@@ -243,7 +243,10 @@ local function decide_request(out, kept, set, k, now_us, cost, reserve, idem, on
       admitted = admitted and leased == 1
     end
     -- After everything that may stop the request (a later policy's corrupt state, its lease
-    -- set's), so that a request stopped strikes nothing.
+    -- set's, a later count of denials), so that a request stopped strikes nothing.
+    for j = 4, strikes and #strikes or 0, 3 do
+      int(strikes[j + 1], redis_call('GET', strikes[j + 1]))
+    end
     for j = 1, strikes and #strikes or 0, 3 do
       local i = strikes[j]
       local length = marks_of().strike(strikes[j + 1], strikes[j + 2], set[i].ban, div(now_us, 1000))

@@ -196,6 +196,29 @@ async fn a_check_stopped_by_its_corrupt_lease_set_strikes_nothing() {
     strikes_nothing_when_stopped_at(&server, &limiter, &p, &set, lease_key).await;
 }
 
+/// The same where two policies that ban deny it and the second's count of denials holds a
+/// value of another kind: before, the first's strike stood.
+#[tokio::test]
+async fn a_check_stopped_by_a_later_corrupt_count_of_denials_strikes_nothing() {
+    let server = RedisServer::start();
+    let limiter = server.limiter();
+    let p = banning(None);
+    let q = Policy::builder("signup", Algorithm::FixedWindow)
+        .limit(2)
+        .window(MINUTE)
+        .ban(Ban::new(3, MINUTE, 10 * MINUTE))
+        .build()
+        .expect("a policy");
+    let set = crate::support::set_of(&[p.clone(), q.clone()]);
+    // The second denies too: its two admissions spent.
+    assert_eq!(retry_at(&limiter, &q, T0).await, None);
+    assert_eq!(retry_at(&limiter, &q, T0 + 1).await, None);
+    let state = limiter.keys().key(&q, "c");
+    let tag_end = state.rfind("}:").expect("a hash tag") + 2;
+    let strikes = format!("{}~strikes", &state[..tag_end]);
+    strikes_nothing_when_stopped_at(&server, &limiter, &p, &set, &strikes).await;
+}
+
 /// Admits two checks of `p` (limit 2, banning after 3 denials), then checks `set` (holding `p`)
 /// four times with `key` corrupt, each an error; once it is repaired, three denials ban no one
 /// and the fourth bans.
