@@ -44,13 +44,14 @@ struct Contender {
 
 impl Contender {
     /// `size` of its commands, each beginning with `head` (the command and the script's SHA-1 or
-    /// the function's name), its clients drawn uniformly from `keys`, its keys under `prefix`: a
-    /// contender's own, for no contender to find another's state (a key group holding records
-    /// of another set's policies is read the slow way).
-    fn pool(&self, head: &[String; 2], prefix: &str, keys: usize, size: usize) -> Arc<[Vec<u8>]> {
-        let scheme = KeyScheme::new(prefix).expect("a valid prefix");
+    /// the function's name), its clients drawn uniformly from `keys`, its keys under a prefix of
+    /// contender `at`'s own, for no contender to find another's state (a key group holding
+    /// records of another set's policies is read the slow way).
+    fn pool(&self, head: &[String; 2], at: usize, keys: usize, size: usize) -> Arc<[Vec<u8>]> {
+        let prefix = format!("bench{at}");
+        let scheme = KeyScheme::new(prefix.as_str()).expect("a valid prefix");
         let clients = Keys::uniform(keys);
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ self.name.len() as u64);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (at as u64 + 1));
         // The naive script's window index from this process's clock, as its users compute it.
         let window = redlimit::Timestamp::now().as_micros() / 60_000_000;
         (0..size)
@@ -235,7 +236,7 @@ pub(crate) fn run(url: &str, settings: &Settings) -> (Vec<Row>, Vec<Vec<f64>>) {
                 None => ["FCALL".to_owned(), function.clone()],
             };
             let size = (per_round / contender.batch).clamp(1, POOL);
-            contender.pool(&head, &format!("bench{at}"), settings.keys, size)
+            contender.pool(&head, at, settings.keys, size)
         })
         .collect();
     let mut totals = vec![(0_u64, 0_u64, Duration::ZERO, 0.0_f64, 0_u64); contenders.len()];

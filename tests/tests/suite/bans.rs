@@ -213,6 +213,7 @@ async fn a_check_stopped_by_a_later_corrupt_count_of_denials_strikes_nothing() {
     // The second denies too: its two admissions spent.
     assert_eq!(retry_at(&limiter, &q, T0).await, None);
     assert_eq!(retry_at(&limiter, &q, T0 + 1).await, None);
+    // Its count of denials: its state key's `prefix:name:{client}:`, then `~strikes`.
     let state = limiter.keys().key(&q, "c");
     let tag_end = state.rfind("}:").expect("a hash tag") + 2;
     let strikes = format!("{}~strikes", &state[..tag_end]);
